@@ -1,0 +1,56 @@
+"""Tool-layer benchmarks on the Python docs (Debian python3.11-doc, 530 pages).
+
+Run: ``.venv/bin/python -m pytest benchmarks/bench_tools.py --benchmark-only -q``
+
+Measures: a cold index of the whole docs, a second open that reloads the index from disk, one search query,
+and one extractive visit of a large page (trafilatura + BM25 reduction). Nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from venus_edge.tools.corpus import Corpus
+from venus_edge.tools.search import CorpusSearchBackend, SearchTool
+from venus_edge.tools.visit import VisitTool
+
+DOCS_ROOT = Path("/usr/share/doc/python3.11/html")
+
+pytestmark = pytest.mark.skipif(not DOCS_ROOT.is_dir(), reason=f"python3.11-doc not installed at {DOCS_ROOT}")
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bench-index")
+    Corpus.open(DOCS_ROOT, index_dir=folder, name="pydocs")
+    return folder
+
+
+def test_index_full_docs_cold(benchmark, tmp_path: Path) -> None:
+    def cold() -> Corpus:
+        shutil.rmtree(tmp_path / "index", ignore_errors=True)
+        return Corpus.open(DOCS_ROOT, index_dir=tmp_path / "index", name="pydocs")
+
+    corpus = benchmark.pedantic(cold, rounds=3, iterations=1)
+    assert len(corpus) >= 500
+
+
+def test_open_full_docs_from_disk(benchmark, index_dir: Path) -> None:
+    corpus = benchmark(Corpus.open, DOCS_ROOT, index_dir=index_dir, name="pydocs")
+    assert corpus.loaded_from_cache
+
+
+def test_search_query(benchmark, index_dir: Path) -> None:
+    tool = SearchTool(CorpusSearchBackend(Corpus.open(DOCS_ROOT, index_dir=index_dir, name="pydocs")))
+    result = benchmark(tool, {"query": ["default pickle protocol"]})
+    assert "library/pickle.html" in result.text
+
+
+def test_visit_extractive_large_page(benchmark, index_dir: Path) -> None:
+    tool = VisitTool(corpora=[Corpus.open(DOCS_ROOT, index_dir=index_dir, name="pydocs")])
+    arguments = {"url": ["corpus://pydocs/library/stdtypes.html"], "goal": "How does str.split handle maxsplit?"}
+    result = benchmark(tool, arguments)
+    assert result.visited_urls

@@ -1,0 +1,142 @@
+"""Every error the quantize pipeline raises, in one tree.
+
+```
+QuantizeError
+├── ConversionError                 HF checkpoint -> GGUF
+│   ├── UnsupportedArchitectureError
+│   ├── MissingTensorError
+│   ├── TensorShapeError
+│   ├── TokenizerFilesMissingError
+│   ├── CheckpointNotFoundError
+│   ├── OutputNotWritableError
+│   └── DiskFullError
+├── GGUFReadError                   a GGUF file that is missing, truncated or corrupt
+└── QuantizationError               llama.cpp's quantizer failed or the type is unknown
+```
+
+Each message says what failed, the value seen, the value expected, and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "CheckpointNotFoundError",
+    "ConversionError",
+    "DiskFullError",
+    "GGUFReadError",
+    "MissingTensorError",
+    "OutputNotWritableError",
+    "QuantizationError",
+    "QuantizeError",
+    "TensorShapeError",
+    "TokenizerFilesMissingError",
+    "UnsupportedArchitectureError",
+]
+
+
+class QuantizeError(Exception):
+    """Base of every error raised by `venus_edge.quantize`."""
+
+
+class ConversionError(QuantizeError):
+    """A checkpoint could not be converted to GGUF; no output file was left behind."""
+
+
+class UnsupportedArchitectureError(ConversionError):
+    """config.json names an architecture that the converter has no mapping for."""
+
+    def __init__(self, seen: Sequence[str] | None, supported: Sequence[str], config_path: Path) -> None:
+        self.seen, self.supported, self.config_path = seen, tuple(supported), config_path
+        super().__init__(
+            f"{config_path}: architectures is {seen!r}; supported are {', '.join(self.supported)}. "
+            "Convert a checkpoint of a supported architecture, or add a mapping to quantize/convert.py's registry."
+        )
+
+
+class MissingTensorError(ConversionError):
+    """The checkpoint lacks tensors the architecture needs, or holds tensors it cannot map."""
+
+    def __init__(self, missing: Mapping[str, str], extra: Mapping[str, str], checkpoint: Path) -> None:
+        """`missing` and `extra` map HF tensor names to the shard they should come from / were found in."""
+        self.missing, self.extra, self.checkpoint = dict(missing), dict(extra), checkpoint
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(f"{name} (expected in {shard})" for name, shard in sorted(missing.items())))
+        if extra:
+            parts.append("unexpected " + ", ".join(f"{name} (in {shard})" for name, shard in sorted(extra.items())))
+        super().__init__(
+            f"{checkpoint}: tensors do not match the architecture: {'; '.join(parts)}. "
+            "Re-download or re-save the checkpoint with all its shards."
+        )
+
+
+class TensorShapeError(ConversionError):
+    """A tensor's shape disagrees with the shape config.json implies."""
+
+    def __init__(self, name: str, shard: str, actual: Sequence[int], expected: Sequence[int]) -> None:
+        self.name, self.shard, self.actual, self.expected = name, shard, tuple(actual), tuple(expected)
+        super().__init__(
+            f"{name} in {shard} has shape {self.actual}; config.json implies {self.expected}. "
+            "Check that config.json belongs to these weights."
+        )
+
+
+class TokenizerFilesMissingError(ConversionError):
+    """The checkpoint folder lacks the files the tokenizer is read from."""
+
+    def __init__(self, missing: Sequence[str], checkpoint: Path) -> None:
+        self.missing, self.checkpoint = tuple(missing), checkpoint
+        super().__init__(
+            f"{checkpoint}: missing tokenizer file(s) {', '.join(self.missing)}; expected tokenizer.json and "
+            "tokenizer_config.json next to config.json. Copy them from the base model's repository."
+        )
+
+
+class CheckpointNotFoundError(ConversionError):
+    """The source is neither a checkpoint folder nor a hub repository available offline."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        super().__init__(
+            f"checkpoint {source!r} not found: {reason}. Pass a folder holding config.json and *.safetensors, "
+            "or a hub repository id that is in the Hugging Face cache."
+        )
+
+
+class OutputNotWritableError(ConversionError):
+    """The output folder does not exist or cannot be written to."""
+
+    def __init__(self, out_path: Path, reason: str) -> None:
+        self.out_path = out_path
+        super().__init__(f"cannot write {out_path}: {reason}. Choose a writable folder that exists.")
+
+
+class DiskFullError(ConversionError):
+    """The disk filled up (ENOSPC) or the file-size limit (RLIMIT_FSIZE) was hit while writing."""
+
+    def __init__(self, out_path: Path, needed_bytes: int | None, reason: str) -> None:
+        self.out_path, self.needed_bytes = out_path, needed_bytes
+        need = f"; the output needs about {needed_bytes:,} bytes" if needed_bytes else ""
+        super().__init__(
+            f"ran out of space writing {out_path}: {reason}{need}. "
+            "The partial file was removed; free space or write to another disk."
+        )
+
+
+class GGUFReadError(QuantizeError):
+    """A GGUF file is missing, truncated or corrupt."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        super().__init__(f"cannot read GGUF {path}: {reason}. Re-create the file (convert or quantize again).")
+
+
+class QuantizationError(QuantizeError):
+    """llama.cpp's quantizer rejected the input or the requested type."""
+
+    def __init__(self, in_path: Path, qtype: str, reason: str) -> None:
+        self.in_path, self.qtype = in_path, qtype
+        super().__init__(f"quantizing {in_path} to {qtype} failed: {reason}")

@@ -1,0 +1,36 @@
+"""Logits of the converted GGUF in llama.cpp against the same checkpoint in transformers (the reference)."""
+
+from __future__ import annotations
+
+import llama_cpp
+import numpy as np
+import torch
+from transformers import Qwen3ForCausalLM
+
+PROMPT_IDS = [151644, 872, 198, 9707, 11, 1879, 0, 220, 108386, 151645, 198, 151644, 77091, 198, 151667, 198]
+
+
+def _llama_cpp_logits(gguf_path, token_ids) -> np.ndarray:
+    """(T, vocab) logits with an F32 KV cache (type_k = type_v = 0, GGML_TYPE_F32)."""
+    llm = llama_cpp.Llama(
+        model_path=str(gguf_path), n_ctx=256, logits_all=True, type_k=0, type_v=0, verbose=False,
+    )
+    llm.eval(token_ids)
+    return np.array(llm.scores[: len(token_ids)], dtype=np.float32)
+
+
+def _transformers_logits(checkpoint, token_ids) -> np.ndarray:
+    model = Qwen3ForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor([token_ids])).logits[0].numpy()  # (T, vocab)
+
+
+def test_logits_match_transformers(tiny_checkpoint, tiny_gguf_f32, tiny_gguf_f16):
+    """F32 GGUF within 1e-4 of transformers' logits; F16 GGUF within 2e-2; same argmax at every position."""
+    reference = _transformers_logits(tiny_checkpoint, PROMPT_IDS)
+    f32 = _llama_cpp_logits(tiny_gguf_f32, PROMPT_IDS)
+    f16 = _llama_cpp_logits(tiny_gguf_f16, PROMPT_IDS)
+    f32_diff, f16_diff = float(np.abs(f32 - reference).max()), float(np.abs(f16 - reference).max())
+    assert f32_diff <= 1e-4, f"F32 max abs logit diff {f32_diff:.3g} (logit std {reference.std():.3g})"
+    assert f16_diff <= 2e-2, f"F16 max abs logit diff {f16_diff:.3g}"
+    assert (f32.argmax(-1) == reference.argmax(-1)).all()

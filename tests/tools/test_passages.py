@@ -1,0 +1,69 @@
+"""Page reduction: passages from real HTML, joining and splitting rules, BM25 selection within a budget."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import venus_edge.tools as tools
+from venus_edge.tools.passages import approx_tokens, extract_passages, first_sentences, select_passages, split_passages
+
+
+def test_real_page_gives_paragraph_passages(docs_root: Path) -> None:
+    html = (docs_root / "library/pickle.html").read_text(encoding="utf-8")
+    passages = extract_passages(html, "text/html")
+    assert len(passages) > 50, len(passages)
+    assert any("Currently the default protocol is 4" in p for p in passages)
+    assert all(len(p) <= 1200 for p in passages), max(map(len, passages))
+    assert any("import pickle\nimport sqlite3\n" in p for p in passages), "code blocks keep their line breaks"
+
+
+def test_headings_join_the_next_paragraph_sentences_stay_alone() -> None:
+    passages = split_passages(["Warning", "Never unpickle untrusted data.", "Short sentence.", "x" * 2500])
+    assert passages[:2] == ["Warning\nNever unpickle untrusted data.", "Short sentence."]
+    assert [len(p) for p in passages[2:]] == [1200, 1200, 100]
+
+
+def test_long_paragraph_splits_at_sentence_ends() -> None:
+    sentence = "This sentence has exactly sixty characters, give or take a bit. "
+    pieces = split_passages([sentence * 40], max_chars=300)
+    assert all(len(p) <= 300 and p.endswith(".") for p in pieces), pieces[:3]
+    assert " ".join(pieces) == (sentence * 40).strip()
+
+
+def test_selection_keeps_best_passages_in_document_order_within_budget() -> None:
+    passages = ["intro about nothing in particular", "pickle protocol 4 is the default", "weather", "pickle module"]
+    kept = select_passages(passages, "default pickle protocol", budget_tokens=approx_tokens(passages[1] + passages[3]))
+    assert kept == [passages[1], passages[3]]
+    matched = select_passages(passages, "default pickle protocol", budget_tokens=1000, keep_unmatched=False)
+    assert matched == [passages[1], passages[3]]
+    unmatched = select_passages(passages, "zebra", budget_tokens=approx_tokens(passages[0]), keep_unmatched=False)
+    assert unmatched == [passages[0]], "no match: the page's leading passages stand in"
+
+
+def test_oversized_first_passage_is_cut_to_budget() -> None:
+    kept = select_passages(["pickle " * 1000], "pickle", budget_tokens=10)
+    assert len(kept) == 1 and len(kept[0]) == 40
+
+
+def test_first_sentences() -> None:
+    assert first_sentences("One. Two!  Three?", max_chars=9) == "One. Two!"
+    assert first_sentences("x" * 500, max_chars=400) == "x" * 400
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert tools.__all__ == sorted(tools.__all__, key=lambda n: (not n.isupper(), n))
+    assert all(hasattr(tools, name) for name in tools.__all__)
+
+
+def test_tools_never_import_the_runtime() -> None:
+    """One-way arrows (ARCHITECTURE.md): importing every tool module pulls in no engine, agent or protocol."""
+    code = (
+        "import sys, venus_edge.tools.search, venus_edge.tools.visit, venus_edge.tools.corpus;"
+        "bad = [m for m in sys.modules if m.split('.')[:2] in (['venus_edge','engine'],['venus_edge','agent'],"
+        "['venus_edge','protocol']) or m in ('torch', 'transformers', 'llama_cpp')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,43 @@
+"""The pluggable tool layer: the Tool interface, the registry, search and visit over a local corpus or the web."""
+
+from venus_edge.tools.base import (
+    ENTRY_POINT_GROUP,
+    TextCompleter,
+    Tool,
+    ToolArgumentError,
+    ToolFailure,
+    ToolRegistry,
+    ToolResult,
+    load_entry_point_tools,
+    validate_arguments,
+)
+from venus_edge.tools.corpus import Corpus, CorpusError, Document, DocumentNotFoundError, EmptyCorpusError, Hit
+from venus_edge.tools.fetch import FetchError, FetchLimits
+from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBackend, SearchTool
+from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SEARCH_SCHEMA",
+    "VISIT_SCHEMA",
+    "Corpus",
+    "CorpusError",
+    "CorpusSearchBackend",
+    "Document",
+    "DocumentNotFoundError",
+    "EmptyCorpusError",
+    "FetchError",
+    "FetchLimits",
+    "Hit",
+    "SearchBackend",
+    "SearchTool",
+    "TextCompleter",
+    "Tool",
+    "ToolArgumentError",
+    "ToolFailure",
+    "ToolRegistry",
+    "ToolResult",
+    "VisitTool",
+    "load_entry_point_tools",
+    "validate_arguments",
+]

@@ -1,0 +1,366 @@
+"""A local corpus: a folder of documents searchable with BM25 and readable by URL.
+
+A ``Corpus`` is the offline stand-in for the web (``../shared/TEST_MODELS.md``, "Real documents for offline
+research"). Every document gets a URL the model can pass to ``visit``: ``corpus://{name}/{relative/path}``.
+
+Indexing is a cheap text pass (lxml ``text_content`` of the page's main region, not trafilatura, which takes
+~70 s on the 530 pages of the Python docs) followed by a bm25s index. The index, the extracted texts and a
+manifest of the files (relative path, mtime in ns, size in bytes) are saved under ``index_dir``; a later
+``Corpus.open`` of an unchanged folder loads them instead of re-indexing.
+
+Usage::
+
+    corpus = Corpus.open("/usr/share/doc/python3.11/html", name="pydocs")
+    hits = corpus.search("default pickle protocol", k=5)
+    page = corpus.read(hits[0].url)
+
+Errors::
+
+    CorpusError
+    ├── EmptyCorpusError        the folder holds no readable document
+    └── DocumentNotFoundError   a URL that names no document of this corpus (also a LookupError)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+from urllib.parse import quote, unquote, urlsplit
+
+import bm25s
+import lxml.html
+from lxml import etree
+
+URL_SCHEME = "corpus"
+ACCEPTED_SUFFIXES: tuple[str, ...] = (".html", ".htm", ".md", ".txt")
+CONTENT_TYPES: dict[str, str] = {
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".md": "text/markdown",
+    ".txt": "text/plain",
+}
+# Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
+INDEX_FORMAT_VERSION = 1
+SNIPPET_CHARS = 240
+_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+_STOPWORDS = "en"
+
+
+class CorpusError(Exception):
+    """Base class of the corpus errors."""
+
+
+class EmptyCorpusError(CorpusError):
+    """Raised by ``Corpus.open`` when the folder holds no document with an accepted extension."""
+
+
+class DocumentNotFoundError(CorpusError, LookupError):
+    """Raised by ``Corpus.read`` for a URL that names no document of this corpus."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result, shaped like a web search result (PROTOCOL.md, "Tools and observation shapes")."""
+
+    title: str
+    url: str
+    snippet: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"title": self.title, "url": self.url, "snippet": self.snippet}
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document read in full.
+
+    Attributes:
+        url: the ``corpus://`` URL (or the final http(s) URL when ``visit`` builds one from a fetch).
+        title: the page title, or the file name when the document has none.
+        html_or_text: the raw document text (HTML markup kept for ``text/html``).
+        content_type: ``text/html``, ``text/markdown`` or ``text/plain``.
+    """
+
+    url: str
+    title: str
+    html_or_text: str
+    content_type: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    path: str  # relative, POSIX separators
+    title: str
+    text: str  # whitespace-collapsed text from the cheap pass
+
+
+class Corpus:
+    """A folder of ``.html/.htm/.md/.txt`` documents with a BM25 index; build with ``Corpus.open``."""
+
+    def __init__(self, root: Path, name: str, entries: list[_Entry], retriever: bm25s.BM25) -> None:
+        self.root = root
+        self.name = name
+        self._entries = entries
+        self._retriever = retriever
+        self._by_path = {entry.path: index for index, entry in enumerate(entries)}
+        self.loaded_from_cache = False
+
+    @classmethod
+    def open(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        index_dir: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        skip_dir_prefixes: Sequence[str] = (".", "_"),
+    ) -> Corpus:
+        """Open (and index if needed) the documents under ``folder``.
+
+        Args:
+            folder: the folder to index, searched recursively.
+            index_dir: where the index is saved; default
+                ``$XDG_CACHE_HOME/venus-edge/corpus/<sha256 of the folder path>`` (``~/.cache`` without it).
+            name: the corpus name used in URLs; default the folder name.
+            skip_dir_prefixes: folders whose name starts with one of these are skipped: hidden folders and
+                Sphinx build folders (``_sources`` holds a ``.txt`` copy of every page, ``_static`` assets).
+
+        Raises:
+            EmptyCorpusError: no readable document under ``folder``.
+            NotADirectoryError: ``folder`` is not a folder.
+        """
+        root = Path(folder).expanduser().resolve()
+        if not root.is_dir():
+            raise NotADirectoryError(f"corpus folder {str(root)!r} is not a directory")
+        name = name or root.name
+        cache = Path(index_dir) if index_dir is not None else default_index_dir(root)
+        manifest = _manifest(root, skip_dir_prefixes)
+        if not manifest["files"]:
+            raise EmptyCorpusError(
+                f"no readable documents in {str(root)!r}: expected files ending in "
+                f"{', '.join(ACCEPTED_SUFFIXES)} (folders starting with {', '.join(skip_dir_prefixes)} are skipped)"
+            )
+        corpus = _load_index(cache, root, name, manifest)
+        if corpus is None:
+            corpus = _build_index(root, name, manifest)
+            _save_index(cache, corpus, manifest)
+        return corpus
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def url_for(self, path: str) -> str:
+        """The ``corpus://`` URL of the document at relative POSIX ``path``."""
+        return f"{URL_SCHEME}://{self.name}/{quote(path)}"
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        """Return up to ``k`` documents for ``query``, best first; ``[]`` when no query term is indexed."""
+        terms = _query_terms(query)
+        known = [term for term in terms if term in self._retriever.vocab_dict]
+        if not known or k <= 0:
+            return []
+        k = min(k, len(self._entries))
+        doc_ids, scores = self._retriever.retrieve([known], k=k, show_progress=False, n_threads=1)
+        hits = []
+        for doc_id, score in zip(doc_ids[0], scores[0]):
+            if score <= 0:
+                continue
+            entry = self._entries[int(doc_id)]
+            hits.append(Hit(entry.title, self.url_for(entry.path), make_snippet(entry.text, terms)))
+        return hits
+
+    def read(self, url: str) -> Document:
+        """Read the document at a ``corpus://{name}/{path}`` URL (a ``#fragment`` or ``?query`` is ignored).
+
+        Raises:
+            DocumentNotFoundError: another scheme or corpus name, or no such document in this corpus.
+        """
+        path = self._path_of(url)
+        file = self.root / path
+        try:
+            raw = file.read_bytes()
+        except OSError as exc:
+            raise DocumentNotFoundError(f"cannot read {url}: {exc.strerror}") from None
+        entry = self._entries[self._by_path[path]]
+        suffix = Path(path).suffix.lower()
+        return Document(url, entry.title, _decode(raw), CONTENT_TYPES[suffix])
+
+    def _path_of(self, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme != URL_SCHEME or parts.netloc != self.name:
+            expected = f"{URL_SCHEME}://{self.name}/..."
+            raise DocumentNotFoundError(f"{url} is not a document of corpus {self.name!r} ({expected})")
+        path = unquote(parts.path).lstrip("/")
+        if path not in self._by_path:
+            raise DocumentNotFoundError(f"no document {path!r} in corpus {self.name!r}")
+        return path
+
+
+def default_index_dir(root: Path) -> Path:
+    """``$XDG_CACHE_HOME/venus-edge/corpus/<first 16 hex of sha256(root)>``, ``~/.cache`` by default."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    return base / "venus-edge" / "corpus" / digest
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files and the manifest
+
+
+def _iter_documents(root: Path, skip_dir_prefixes: Sequence[str]) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(tuple(skip_dir_prefixes)))
+        for filename in sorted(filenames):
+            if filename.lower().endswith(ACCEPTED_SUFFIXES):
+                yield Path(dirpath) / filename
+
+
+def _manifest(root: Path, skip_dir_prefixes: Sequence[str]) -> dict:
+    files = []
+    for file in _iter_documents(root, skip_dir_prefixes):
+        stat = file.stat()
+        files.append([file.relative_to(root).as_posix(), stat.st_mtime_ns, stat.st_size])
+    return {"version": INDEX_FORMAT_VERSION, "root": str(root), "files": files}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building, saving and loading the index
+
+
+def _build_index(root: Path, name: str, manifest: dict) -> Corpus:
+    entries = []
+    for path, _, _ in manifest["files"]:
+        title, text = extract_title_and_text(_decode((root / path).read_bytes()), Path(path))
+        entries.append(_Entry(path, title, text))
+    tokens = bm25s.tokenize(
+        [f"{entry.title}\n{entry.text}" for entry in entries],
+        token_pattern=_TOKEN_PATTERN,
+        stopwords=_STOPWORDS,
+        show_progress=False,
+    )
+    retriever = bm25s.BM25()
+    retriever.index(tokens, show_progress=False)
+    return Corpus(root, name, entries, retriever)
+
+
+def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
+    """Write index, texts, then the manifest last: a folder with a manifest is complete."""
+    if cache.exists():
+        shutil.rmtree(cache)
+    cache.mkdir(parents=True)
+    corpus._retriever.save(cache / "bm25", show_progress=False)
+    with open(cache / "documents.jsonl", "w", encoding="utf-8") as out:
+        for entry in corpus._entries:
+            out.write(json.dumps({"path": entry.path, "title": entry.title, "text": entry.text}) + "\n")
+    (cache / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def _load_index(cache: Path, root: Path, name: str, manifest: dict) -> Corpus | None:
+    """The saved corpus when its manifest equals ``manifest``; ``None`` when absent, stale or unreadable."""
+    try:
+        saved = json.loads((cache / "manifest.json").read_text(encoding="utf-8"))
+        if saved != manifest:
+            return None
+        with open(cache / "documents.jsonl", encoding="utf-8") as lines:
+            entries = [_Entry(**json.loads(line)) for line in lines]
+        retriever = bm25s.BM25.load(cache / "bm25", show_progress=False)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    corpus = Corpus(root, name, entries, retriever)
+    corpus.loaded_from_cache = True
+    return corpus
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The cheap text pass
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def extract_title_and_text(source: str, path: Path) -> tuple[str, str]:
+    """Title and whitespace-collapsed text of one document (cheap pass for indexing, ~3 ms per page).
+
+    HTML: ``<title>`` and the text of the main region (``role="main"``, ``<main>``, else ``<body>``) without
+    scripts and styles. Markdown: the first ``# `` heading. Plain text: the first non-empty line. The file
+    name stands in for a missing title.
+    """
+    if path.suffix.lower() in (".html", ".htm"):
+        title, text = _html_title_and_text(source)
+    else:
+        title, text = _plain_title(source, markdown=path.suffix.lower() == ".md"), source
+    return " ".join(title.split())[:200] or path.name, " ".join(text.split())
+
+
+def _html_title_and_text(source: str) -> tuple[str, str]:
+    try:
+        tree = lxml.html.document_fromstring(source.encode("utf-8"))
+    except (etree.ParserError, ValueError):
+        return "", ""
+    for node in tree.xpath("//script|//style|//noscript|//template"):
+        node.drop_tree()
+    title = tree.findtext(".//title") or ""
+    main = tree.xpath("//*[@role='main']|//main")
+    return title, (main[0] if main else tree).text_content()
+
+
+def _plain_title(source: str, *, markdown: bool) -> str:
+    for line in source.splitlines():
+        line = line.strip()
+        if markdown and line.startswith("# "):
+            return line[2:]
+        if not markdown and line:
+            return line
+    return ""
+
+
+def _query_terms(query: str) -> list[str]:
+    tokens = bm25s.tokenize(
+        query, token_pattern=_TOKEN_PATTERN, stopwords=_STOPWORDS, return_ids=False, show_progress=False
+    )
+    return list(dict.fromkeys(tokens[0])) if tokens else []
+
+
+def make_snippet(text: str, terms: Sequence[str], width_chars: int = SNIPPET_CHARS) -> str:
+    """A passage of about ``width_chars`` around the densest cluster of query ``terms`` in ``text``.
+
+    The window holding the most distinct terms (then the most occurrences) wins; it is cut at word boundaries
+    and marked with "..." where text was cut. Without any term in the text, the start of the text.
+    """
+    start = _best_window_start(text, terms, width_chars) if terms else 0
+    end = min(len(text), start + width_chars)
+    if start > 0:
+        space = text.find(" ", start)
+        start = space + 1 if 0 <= space < start + 30 else start
+    if end < len(text):
+        space = text.rfind(" ", start, end)
+        end = space if space > start else end
+    body = text[start:end].strip()
+    return ("..." if start > 0 else "") + body + ("..." if end < len(text) else "")
+
+
+def _best_window_start(text: str, terms: Sequence[str], width_chars: int) -> int:
+    pattern = re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")", re.IGNORECASE)
+    matches = [(m.start(), m.group(1).lower()) for _, m in zip(range(5000), pattern.finditer(text))]
+    if not matches:
+        return 0
+    best, best_key, lead = 0, (0, 0), width_chars // 5
+    right = 0
+    for left, (position, _) in enumerate(matches):
+        right = max(right, left)
+        while right + 1 < len(matches) and matches[right + 1][0] < position + width_chars - lead:
+            right += 1
+        window = matches[left : right + 1]
+        key = (len({term for _, term in window}), len(window))
+        if key > best_key:
+            best, best_key = max(0, position - lead), key
+    return best

@@ -1,0 +1,199 @@
+"""Fetching one web page for ``visit``: address policy, manual redirects, time and size limits.
+
+Every hop of a redirect chain is checked before it is requested: only ``http``/``https``; the host is
+resolved and refused when any of its addresses is not globally routable (loopback, private, link-local, which
+includes the cloud metadata address 169.254.169.254, carrier-grade NAT, multicast, reserved), unless
+``allow_private=True``. Limitation: httpx resolves the host again when it connects, so a DNS server that answers
+differently the second time (DNS rebinding) is not caught; run behind an egress proxy where that matters.
+
+Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``ToolFailure``::
+
+    FetchError.kind
+    ├── refused_address      scheme other than http(s), or a non-global address (first hop or a redirect)
+    ├── unreachable          bad URL, DNS failure, connection refused or reset
+    ├── timeout              connect/read timeout, or the whole fetch past total_timeout_s
+    ├── too_many_redirects   more than max_redirects hops
+    ├── http_error           status >= 400 (the status is in the detail)
+    ├── too_large            declared or streamed body beyond max_bytes
+    └── not_text             a content type or body that is not text (images, PDF, binary)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
+TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
+_REDIRECT_CODES = (301, 302, 303, 307, 308)
+_SNIFF_BYTES = 4096
+
+Resolver = Callable[[str, int], list[str]]
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    """Limits on one page fetch.
+
+    Attributes:
+        connect_timeout_s: seconds to open a connection.
+        read_timeout_s: seconds to wait for each chunk of the response (headers included).
+        total_timeout_s: seconds for the whole fetch, all redirect hops and the body together.
+        max_bytes: largest body accepted, in bytes (declared ``Content-Length`` or counted while streaming).
+        max_redirects: redirect hops followed before giving up.
+    """
+
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 20.0
+    total_timeout_s: float = 60.0
+    max_bytes: int = 5_000_000
+    max_redirects: int = 5
+
+    def __post_init__(self) -> None:
+        for field_name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "max_bytes"):
+            if getattr(self, field_name) <= 0:
+                raise ValueError(f"FetchLimits.{field_name} must be positive, got {getattr(self, field_name)}")
+        if self.max_redirects < 0:
+            raise ValueError(f"FetchLimits.max_redirects must be >= 0, got {self.max_redirects}")
+
+
+class FetchError(Exception):
+    """A page could not be fetched; ``kind`` is a ``ToolFailure`` kind (see the module docstring)."""
+
+    def __init__(self, kind: str, url: str, detail: str) -> None:
+        super().__init__(f"{kind}: {url}: {detail}")
+        self.kind = kind
+        self.url = url
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class FetchedPage:
+    """A fetched text page.
+
+    Attributes:
+        url: the final URL after redirects.
+        content_type: the media type, lower case, without parameters (``""`` when the server sent none).
+        text: the body decoded with the declared charset (UTF-8 otherwise; undecodable bytes replaced).
+    """
+
+    url: str
+    content_type: str
+    text: str
+
+
+def resolve_host(host: str, port: int) -> list[str]:
+    """All IP addresses of ``host`` (``socket.getaddrinfo``). Raises ``OSError`` when it does not resolve."""
+    return sorted({info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
+
+
+def is_public_address(address: str) -> bool:
+    """True for a globally routable unicast address (IPv4-mapped IPv6 judged by its IPv4 part)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def check_url(url: str, *, allow_private: bool, resolve: Resolver = resolve_host) -> None:
+    """Refuse a URL before requesting it (scheme, then every resolved address).
+
+    Raises:
+        FetchError: ``refused_address`` or ``unreachable`` (no host, DNS failure).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        scheme = parts.scheme or "(none)"
+        raise FetchError("refused_address", url, f"scheme {scheme!r} is not allowed; use http or https")
+    try:
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise FetchError("unreachable", url, f"not a valid URL: {exc}") from None
+    if not host:
+        raise FetchError("unreachable", url, "the URL has no host")
+    if allow_private:
+        return
+    try:
+        addresses = resolve(host, port)
+    except OSError as exc:
+        raise FetchError("unreachable", url, f"cannot resolve host {host!r}: {exc}") from None
+    refused = [address for address in addresses if not is_public_address(address)]
+    if refused or not addresses:
+        raise FetchError(
+            "refused_address", url, f"host {host!r} resolves to non-public address(es) {', '.join(refused)}"
+        )
+
+
+def fetch_page(
+    client: httpx.Client,
+    url: str,
+    limits: FetchLimits,
+    *,
+    allow_private: bool = False,
+    resolve: Resolver = resolve_host,
+) -> FetchedPage:
+    """GET ``url`` following at most ``limits.max_redirects`` redirects, each hop checked by ``check_url``.
+
+    Raises:
+        FetchError: see the module docstring for the kinds.
+    """
+    deadline = time.monotonic() + limits.total_timeout_s
+    timeout = httpx.Timeout(limits.read_timeout_s, connect=limits.connect_timeout_s)
+    current = url
+    for _ in range(limits.max_redirects + 1):
+        check_url(current, allow_private=allow_private, resolve=resolve)
+        try:
+            with client.stream("GET", current, follow_redirects=False, timeout=timeout) as response:
+                if response.status_code in _REDIRECT_CODES and "location" in response.headers:
+                    current = str(response.url.join(response.headers["location"]))
+                    continue
+                return _read_response(response, current, limits, deadline)
+        except httpx.TimeoutException as exc:
+            raise FetchError("timeout", current, f"{type(exc).__name__} after the limits {limits}") from None
+        except (httpx.TransportError, httpx.InvalidURL) as exc:
+            raise FetchError("unreachable", current, f"{type(exc).__name__}: {exc}") from None
+    raise FetchError("too_many_redirects", url, f"more than {limits.max_redirects} redirects (last: {current})")
+
+
+def _read_response(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> FetchedPage:
+    if response.status_code >= 400:
+        raise FetchError("http_error", url, f"HTTP status {response.status_code}")
+    content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type and not _is_text_type(content_type):
+        raise FetchError("not_text", url, f"content type {content_type!r} is not text (HTML or plain text)")
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limits.max_bytes:
+        raise FetchError("too_large", url, f"Content-Length {declared} bytes exceeds max_bytes {limits.max_bytes}")
+    body = _read_capped(response, url, limits, deadline)
+    if b"\x00" in body[:_SNIFF_BYTES]:
+        raise FetchError("not_text", url, "the body holds NUL bytes: binary content")
+    return FetchedPage(str(response.url), content_type, _decode(body, response.charset_encoding))
+
+
+def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> bytes:
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > limits.max_bytes:
+            raise FetchError("too_large", url, f"body exceeds max_bytes {limits.max_bytes}")
+        if time.monotonic() > deadline:
+            raise FetchError("timeout", url, f"fetch took longer than total_timeout_s {limits.total_timeout_s}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _is_text_type(content_type: str) -> bool:
+    return content_type.startswith("text/") or content_type in TEXT_CONTENT_TYPES
+
+
+def _decode(body: bytes, charset: str | None) -> str:
+    try:
+        return body.decode(charset or "utf-8", errors="replace")
+    except LookupError:  # an unknown charset name
+        return body.decode("utf-8", errors="replace")

@@ -1,0 +1,207 @@
+"""Turn a page into passages and keep the ones that matter for a goal, within a token budget.
+
+``visit`` cannot hand a 95,000-token page to a small local model (the reference tool cuts pages to 95,000
+tokens for its extractor, PROTOCOL.md "Tools and observation shapes"). It reduces the page first:
+
+1. ``extract_passages``: main text with trafilatura (HTML, its XML output, one passage per paragraph, heading,
+   list item or table row) or blank-line paragraphs (plain text, Markdown);
+2. ``split_passages``: short passages (headings) join the next one, long ones split at sentence ends;
+3. ``select_passages``: score each passage against the goal with BM25 (k1 1.2, b 0.75), keep the best in
+   document order while they fit in the budget. Tokens are approximated as ``ceil(len(text) / 4)`` unless a
+   ``count_tokens`` callable is given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Callable, Sequence
+
+import lxml.html
+import trafilatura
+from bm25s.stopwords import STOPWORDS_EN
+from lxml import etree
+
+MIN_PASSAGE_CHARS = 80
+MAX_PASSAGE_CHARS = 1200
+_BLOCK_TAGS = frozenset({"p", "head", "list", "item", "table", "row", "quote"})
+_STOPWORDS = frozenset(STOPWORDS_EN)
+_WORD = re.compile(r"\w\w+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+TokenCounter = Callable[[str], int]
+
+
+def approx_tokens(text: str) -> int:
+    """A token estimate without a tokenizer: one token per 4 characters, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def extract_passages(source: str, content_type: str) -> list[str]:
+    """The main text of a page as passages in document order (``[]`` when nothing readable is left).
+
+    Args:
+        source: the page, HTML markup or text.
+        content_type: ``text/html`` and ``application/xhtml+xml`` go through trafilatura (with an lxml
+            text pass when trafilatura finds no main content); anything else is split at blank lines.
+    """
+    if content_type in ("text/html", "application/xhtml+xml") or (not content_type and _looks_like_html(source)):
+        raw = _html_paragraphs(source)
+    else:
+        raw = [" ".join(block.split()) for block in re.split(r"\n\s*\n", source)]
+    return split_passages([p for p in raw if p])
+
+
+def _looks_like_html(source: str) -> bool:
+    head = source[:1000].lstrip().lower()
+    return head.startswith(("<!doctype html", "<html")) or "<body" in head
+
+
+def _html_paragraphs(html: str) -> list[str]:
+    xml = trafilatura.extract(
+        html, output_format="xml", include_comments=False, include_tables=True, favor_recall=True, deduplicate=False
+    )
+    if xml:
+        root = etree.fromstring(xml.encode("utf-8"), parser=etree.XMLParser(recover=True))
+        if root is not None:
+            out: list[str] = []
+            _collect_blocks(root.find("main") if root.find("main") is not None else root, out)
+            return out
+    try:
+        tree = lxml.html.document_fromstring(html)
+    except (etree.ParserError, ValueError):
+        return []
+    for node in tree.xpath("//script|//style|//noscript|//template"):
+        node.drop_tree()
+    return [" ".join(tree.text_content().split())]
+
+
+def _collect_blocks(element: etree._Element, out: list[str]) -> None:
+    """Append one passage per leaf block (a block with no block children) of trafilatura's XML."""
+    if not any(child.tag in _BLOCK_TAGS for child in element):
+        if element.tag == "code":  # a code block keeps its line breaks
+            text = "".join(element.itertext()).strip()
+        elif element.tag == "row":
+            text = " | ".join(" ".join("".join(cell.itertext()).split()) for cell in element)
+        else:
+            text = " ".join("".join(element.itertext()).split())
+        if text:
+            out.append(text)
+        return
+    lead = " ".join((element.text or "").split())
+    if lead:
+        out.append(lead)
+    for child in element:
+        _collect_blocks(child, out)
+        tail = " ".join((child.tail or "").split())
+        if tail:
+            out.append(tail)
+
+
+def split_passages(
+    paragraphs: Sequence[str], *, min_chars: int = MIN_PASSAGE_CHARS, max_chars: int = MAX_PASSAGE_CHARS
+) -> list[str]:
+    """Join a paragraph shorter than ``min_chars`` that does not end a sentence (a heading, a label, a list
+    lead ending in ":") to the next one; split paragraphs over ``max_chars`` at sentence ends (a single
+    sentence longer than ``max_chars`` is cut)."""
+    joined: list[str] = []
+    pending = ""
+    for paragraph in paragraphs:
+        pending = f"{pending}\n{paragraph}" if pending else paragraph
+        if len(pending) >= min_chars or pending.endswith((".", "!", "?")):
+            joined.append(pending)
+            pending = ""
+    if pending:
+        joined.append(pending)
+    return [piece for passage in joined for piece in _split_long(passage, max_chars)]
+
+
+def _split_long(passage: str, max_chars: int) -> list[str]:
+    """Pack lines (code keeps its line breaks), else sentences, into pieces of at most ``max_chars``."""
+    if len(passage) <= max_chars:
+        return [passage]
+    if "\n" in passage:
+        units = [u for line in passage.split("\n") for u in _split_long(line, max_chars)]
+        return _pack(units, "\n", max_chars)
+    units = []
+    for sentence in filter(None, _SENTENCE_END.split(passage)):
+        units.extend(sentence[i : i + max_chars] for i in range(0, len(sentence), max_chars))
+    return _pack(units, " ", max_chars)
+
+
+def _pack(units: list[str], separator: str, max_chars: int) -> list[str]:
+    pieces, current = [], ""
+    for unit in units:
+        if current and len(current) + len(separator) + len(unit) > max_chars:
+            pieces.append(current)
+            current = ""
+        current = f"{current}{separator}{unit}" if current else unit
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def terms(text: str) -> list[str]:
+    """Lower-case words of 2+ characters without English stop words (the bm25s list)."""
+    return [word for word in _WORD.findall(text.lower()) if word not in _STOPWORDS]
+
+
+def score_passages(passages: Sequence[str], goal: str, *, k1: float = 1.2, b: float = 0.75) -> list[float]:
+    """BM25 score of each passage for the goal's terms, the passages being the collection (Robertson/Lucene
+    idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``)."""
+    goal_terms = set(terms(goal))
+    counts = [Counter(terms(passage)) for passage in passages]
+    if not goal_terms or not counts:
+        return [0.0] * len(passages)
+    avg_len = sum(sum(c.values()) for c in counts) / len(counts) or 1.0
+    df = {term: sum(1 for c in counts if term in c) for term in goal_terms}
+    idf = {term: math.log(1 + (len(counts) - n + 0.5) / (n + 0.5)) for term, n in df.items()}
+    scores = []
+    for c in counts:
+        norm = k1 * (1 - b + b * sum(c.values()) / avg_len)
+        scores.append(sum(idf[t] * c[t] * (k1 + 1) / (c[t] + norm) for t in goal_terms if t in c))
+    return scores
+
+
+def select_passages(
+    passages: Sequence[str],
+    goal: str,
+    *,
+    budget_tokens: int,
+    count_tokens: TokenCounter = approx_tokens,
+    keep_unmatched: bool = True,
+    min_score_ratio: float = 0.0,
+) -> list[str]:
+    """The best passages for ``goal`` in document order, their token total within ``budget_tokens``.
+
+    Passages are taken best score first (ties: earlier first) while they fit. With ``keep_unmatched=False``
+    passages that share no term with the goal, or score below ``min_score_ratio`` times the best score, are
+    left out, unless none matches: then the page's leading passages stand in. The first passage taken is cut
+    to fit when it alone is over the budget.
+    """
+    scores = score_passages(passages, goal)
+    order = sorted(range(len(passages)), key=lambda i: (-scores[i], i))
+    best = max(scores, default=0.0)
+    if not keep_unmatched and best > 0:
+        order = [i for i in order if scores[i] > 0 and scores[i] >= min_score_ratio * best]
+    kept: dict[int, str] = {}
+    used = 0
+    for i in order:
+        cost = count_tokens(passages[i])
+        if used + cost <= budget_tokens:
+            kept[i], used = passages[i], used + cost
+        elif not kept:
+            kept[i] = passages[i][: max(1, budget_tokens * 4)]
+            used = count_tokens(kept[i])
+    return [kept[i] for i in sorted(kept)]
+
+
+def first_sentences(text: str, *, max_chars: int = 400) -> str:
+    """Leading whole sentences of ``text`` up to ``max_chars`` (at least one sentence, cut if longer)."""
+    out = ""
+    for sentence in _SENTENCE_END.split(" ".join(text.split())):
+        if out and len(out) + 1 + len(sentence) > max_chars:
+            break
+        out = f"{out} {sentence}" if out else sentence
+    return out[:max_chars]

@@ -1,0 +1,291 @@
+"""The ``visit`` tool: read pages (local corpus or web), keep what serves the goal, observe as DR-Venus did.
+
+Source: PROTOCOL.md, "Tools and observation shapes", and the reference tool (DR-Venus
+``Inference/tool_server/tool_visit.py``), whose observation text we reproduce byte for byte::
+
+    The useful information in {url} for user goal {goal} as follows: \\n\\n
+    Evidence in page: \\n{evidence}\\n\\n
+    Summary: \\n{summary}\\n\\n
+
+one block per URL, joined with ``"\\n=======\\n"``, the whole ``.strip()``'ed. A page that cannot be read gets
+fixed evidence and summary texts (``UNREADABLE_EVIDENCE``, ``UNREADABLE_SUMMARY``) and a typed ``ToolFailure``.
+
+Per URL: read (``corpus://`` from a ``Corpus``, ``http(s)`` through ``fetch.fetch_page``), extract passages
+(``passages.extract_passages``), reduce them to the goal within ``reduce_budget_tokens``, then ask the
+completer (the local model; one call per URL, up to two more when its answer does not parse) for a JSON object
+``{"rational", "evidence", "summary"}``. Without a completer, or when it never answers with parseable JSON,
+the output is extractive: evidence = the passages that match the goal, summary = their first sentences.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
+
+import httpx
+
+from venus_edge.tools.base import TextCompleter, ToolFailure, ToolResult, as_list
+from venus_edge.tools.corpus import URL_SCHEME, Corpus, DocumentNotFoundError
+from venus_edge.tools.fetch import DEFAULT_USER_AGENT, FetchError, FetchLimits, Resolver, fetch_page, resolve_host
+from venus_edge.tools.passages import approx_tokens, extract_passages, first_sentences, select_passages
+
+VISIT_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "visit",
+        "description": "Visit webpage(s) and return the summary of the content.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "url": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The URL(s) of the webpage(s) to visit. Can be a single URL or an array of URLs.",
+                },
+                "goal": {"type": "string", "description": "The specific information goal for visiting webpage(s)."},
+            },
+            "required": ["url", "goal"],
+        },
+    },
+}
+
+URL_SEPARATOR = "\n=======\n"
+UNREADABLE_EVIDENCE = "The provided webpage content could not be accessed. Please check the URL or file format."
+UNREADABLE_SUMMARY = "The webpage content could not be processed, and therefore, no information is available."
+DEFAULT_REDUCE_BUDGET_TOKENS = 6000
+DEFAULT_EXTRACTIVE_BUDGET_TOKENS = 1200
+DEFAULT_COMPLETER_MAX_TOKENS = 1500
+DEFAULT_COMPLETER_ATTEMPTS = 3
+# Extractive evidence keeps passages scoring at least this fraction of the page's best passage.
+EXTRACTIVE_MIN_SCORE_RATIO = 0.3
+
+# Our wording (not DR-Venus's extractor prompt). {url}, {goal} and {passages} are filled in.
+EXTRACTION_PROMPT = """You are reading a web page for a researcher. Pull out what the page says about the goal.
+
+Goal: {goal}
+Page: {url}
+
+Excerpts from the page, in page order:
+<page>
+{passages}
+</page>
+
+Answer with a single JSON object and nothing else, with three string fields:
+"rational": one or two sentences on whether and where the page addresses the goal;
+"evidence": the passages that bear on the goal, quoted as written, with enough context to be understood;
+"summary": a concise answer to the goal drawn only from the evidence, or a statement that the page does not cover it."""
+
+RETRY_PROMPT = (
+    "That reply could not be read as a JSON object. Answer again with only the JSON object with the string "
+    'fields "rational", "evidence" and "summary", no other text.'
+)
+
+
+@dataclass(frozen=True)
+class PageText:
+    """A page read and cut into passages."""
+
+    url: str
+    passages: list[str]
+
+
+class VisitTool:
+    """The ``visit`` tool.
+
+    Args:
+        corpora (`Sequence[Corpus]`): local corpora whose ``corpus://{name}/...`` URLs can be visited.
+        http_client (`httpx.Client`, optional): used for http(s) URLs; redirects are followed by the tool, not the
+            client. Default: a client created on first use and closed by ``close()``.
+        completer (`TextCompleter`, optional): the local model that writes evidence and summary; extractive
+            output without it.
+        limits (`FetchLimits`): time, size and redirect limits of a fetch.
+        allow_private (`bool`, default `False`): allow loopback, private and link-local addresses (tests, intranets).
+        reduce_budget_tokens (`int`, default `6000`): tokens of page passages shown to the completer.
+        extractive_budget_tokens (`int`, default `1200`): tokens of evidence in the extractive output.
+        count_tokens (`Callable[[str], int]`, optional): token counter; default ``ceil(len(text) / 4)``.
+        completer_max_tokens (`int`, default `1500`): ``max_tokens`` of each completer call.
+        completer_attempts (`int`, default `3`): completer calls per URL while its answer does not parse.
+        resolve (`Callable[[str, int], list[str]]`): host -> addresses, for the address policy (``getaddrinfo``).
+    """
+
+    name = "visit"
+
+    def __init__(
+        self,
+        *,
+        corpora: Sequence[Corpus] = (),
+        http_client: httpx.Client | None = None,
+        completer: TextCompleter | None = None,
+        limits: FetchLimits = FetchLimits(),
+        allow_private: bool = False,
+        reduce_budget_tokens: int = DEFAULT_REDUCE_BUDGET_TOKENS,
+        extractive_budget_tokens: int = DEFAULT_EXTRACTIVE_BUDGET_TOKENS,
+        count_tokens: Callable[[str], int] | None = None,
+        completer_max_tokens: int = DEFAULT_COMPLETER_MAX_TOKENS,
+        completer_attempts: int = DEFAULT_COMPLETER_ATTEMPTS,
+        resolve: Resolver = resolve_host,
+    ) -> None:
+        names = [corpus.name for corpus in corpora]
+        if len(set(names)) != len(names):
+            raise ValueError(f"corpus names must be unique, got {names}")
+        if reduce_budget_tokens < 1 or extractive_budget_tokens < 1 or completer_attempts < 1:
+            raise ValueError("reduce_budget_tokens, extractive_budget_tokens and completer_attempts must be >= 1")
+        self.schema = json.loads(json.dumps(VISIT_SCHEMA))
+        self.corpora = {corpus.name: corpus for corpus in corpora}
+        self.completer = completer
+        self.limits = limits
+        self.allow_private = allow_private
+        self.reduce_budget_tokens = reduce_budget_tokens
+        self.extractive_budget_tokens = extractive_budget_tokens
+        self.count_tokens = count_tokens or approx_tokens
+        self.completer_max_tokens = completer_max_tokens
+        self.completer_attempts = completer_attempts
+        self.resolve = resolve
+        self._client = http_client
+        self._owns_client = http_client is None
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        """Visit every URL of ``arguments["url"]`` (a list or a bare string) for ``arguments["goal"]``."""
+        goal = str(arguments.get("goal", ""))
+        sections, visited, failures = [], [], []
+        for url in (str(u) for u in as_list(arguments.get("url", []))):
+            page, failure = self._read(url)
+            if page is None:
+                sections.append(format_visit_section(url, goal, UNREADABLE_EVIDENCE, UNREADABLE_SUMMARY))
+                failures.append(failure)
+                continue
+            visited.append(url)
+            evidence, summary, failure = self._summarize(page, goal)
+            sections.append(format_visit_section(url, goal, evidence, summary))
+            if failure is not None:
+                failures.append(failure)
+        return ToolResult(URL_SEPARATOR.join(sections).strip(), tuple(visited), tuple(f for f in failures if f))
+
+    def close(self) -> None:
+        """Close the HTTP client if this tool created it (a client passed in stays open)."""
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> VisitTool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---- reading ---------------------------------------------------------------------------------------
+
+    def _read(self, url: str) -> tuple[PageText | None, ToolFailure | None]:
+        """Read one URL into passages, or say why not."""
+        try:
+            if urlsplit(url).scheme == URL_SCHEME:
+                source, content_type = self._read_corpus(url)
+            else:
+                page = fetch_page(
+                    self._http(), url, self.limits, allow_private=self.allow_private, resolve=self.resolve
+                )
+                source, content_type = page.text, page.content_type
+        except FetchError as exc:
+            where = "" if exc.url == url else f" (at redirect hop {exc.url})"
+            return None, ToolFailure(exc.kind, url, exc.detail + where)
+        except DocumentNotFoundError as exc:
+            return None, ToolFailure("not_found", url, str(exc))
+        except ValueError as exc:  # urlsplit on a malformed URL (e.g. an unclosed IPv6 bracket)
+            return None, ToolFailure("unreachable", url, f"not a valid URL: {exc}")
+        passages = extract_passages(source, content_type)
+        if not passages:
+            return None, ToolFailure("empty", url, "no readable text in the page")
+        return PageText(url, passages), None
+
+    def _read_corpus(self, url: str) -> tuple[str, str]:
+        name = urlsplit(url).netloc
+        if name not in self.corpora:
+            known = ", ".join(self.corpora) or "none"
+            raise DocumentNotFoundError(f"no corpus named {name!r}; corpora: {known}")
+        document = self.corpora[name].read(url)
+        return document.html_or_text, document.content_type
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(headers={"User-Agent": DEFAULT_USER_AGENT})
+        return self._client
+
+    # ---- evidence and summary --------------------------------------------------------------------------
+
+    def _summarize(self, page: PageText, goal: str) -> tuple[str, str, ToolFailure | None]:
+        """(evidence, summary, failure): the completer's when it answers with parseable JSON, else extractive."""
+        if self.completer is None:
+            return (*self._extractive(page, goal), None)
+        passages = select_passages(
+            page.passages, goal, budget_tokens=self.reduce_budget_tokens, count_tokens=self.count_tokens
+        )
+        prompt = EXTRACTION_PROMPT.format(goal=goal, url=page.url, passages="\n\n".join(passages))
+        messages = [{"role": "user", "content": prompt}]
+        problem = ""
+        for _ in range(self.completer_attempts):
+            try:
+                reply = self.completer.complete(messages, max_tokens=self.completer_max_tokens)
+            except Exception as exc:  # the model runtime failed: fall back, report, never raise into the loop
+                problem = f"completer failed: {type(exc).__name__}: {exc}"
+                break
+            parsed = parse_extraction(reply)
+            if parsed is not None:
+                return parsed["evidence"], parsed["summary"], None
+            problem = f"completer reply not parseable as JSON after {self.completer_attempts} attempt(s)"
+            messages = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": RETRY_PROMPT}]
+        failure = ToolFailure("backend_error", page.url, f"{problem}; extractive output used")
+        return (*self._extractive(page, goal), failure)
+
+    def _extractive(self, page: PageText, goal: str) -> tuple[str, str]:
+        kept = select_passages(
+            page.passages,
+            goal,
+            budget_tokens=self.extractive_budget_tokens,
+            count_tokens=self.count_tokens,
+            keep_unmatched=False,
+            min_score_ratio=EXTRACTIVE_MIN_SCORE_RATIO,
+        )
+        evidence = "\n\n".join(kept)
+        return evidence, first_sentences(evidence)
+
+
+def format_visit_section(url: str, goal: str, evidence: str, summary: str) -> str:
+    """One URL's observation block, byte for byte as DR-Venus's ``tool_visit.py`` writes it."""
+    return (
+        f"The useful information in {url} for user goal {goal} as follows: \n\n"
+        f"Evidence in page: \n{evidence}\n\n"
+        f"Summary: \n{summary}\n\n"
+    )
+
+
+def parse_extraction(reply: str) -> dict[str, str] | None:
+    """Read the completer's ``{"rational", "evidence", "summary"}`` tolerantly; ``None`` when it cannot.
+
+    Strips code fences, takes the outermost ``{...}``, ``json.loads`` it. ``evidence`` and ``summary`` must be
+    present and non-empty; a list value is joined with newlines, any other value ``str()``'ed.
+    """
+    text = re.sub(r"```(?:json)?", "", reply)
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    fields = {key: _as_text(data.get(key)) for key in ("rational", "evidence", "summary")}
+    if not fields["evidence"].strip() or not fields["summary"].strip():
+        return None
+    return fields
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "\n".join(str(item) for item in value)
+    return str(value)

@@ -1,0 +1,177 @@
+"""The ``venus-edge`` command line.
+
+    venus-edge research "QUESTION" --corpus DIR [--model PATH|REPO] [--max-turns N] [--out FILE] [--strict]
+
+Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence, TextIO
+
+from venus_edge.errors import VenusEdgeError
+from venus_edge.events import (
+    ErrorRaised,
+    Event,
+    LimitReached,
+    SessionFinished,
+    SessionStarted,
+    ToolCalled,
+    ToolReturned,
+    TurnCompleted,
+    TurnRetried,
+    TurnStarted,
+)
+from venus_edge.models import DEFAULT_MODEL, DEFAULT_QUANT
+
+if TYPE_CHECKING:
+    from venus_edge.agent import Result
+
+EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="venus-edge", description="Run the DR-Venus deep-research agent locally.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    research = commands.add_parser("research", help="research a question with a local model and tools")
+    research.add_argument("question", help="the question to research")
+    research.add_argument("--model", default=DEFAULT_MODEL,
+                          help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, {DEFAULT_QUANT})")
+    research.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
+                          help="a folder of HTML/Markdown/text documents to search and visit (repeatable)")
+    research.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
+    research.add_argument("--max-tokens", type=int, default=15_000, metavar="N", help="new tokens per turn (default 15000)")
+    research.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
+    research.add_argument("--n-ctx", type=int, default=None, metavar="N", help="context window in tokens")
+    research.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    research.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    research.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    research.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
+    research.add_argument("--min-tool-calls", type=int, default=0, metavar="N",
+                          help="with --strict, tool calls required before an answer is allowed (default 0)")
+    research.add_argument("--out", type=Path, default=None, metavar="FILE", help="append the trajectory to this JSONL file")
+    research.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    research.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``venus-edge`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "research":
+            return _research(args, parser)
+    except VenusEdgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted; the trajectory written so far is kept", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {args.command!r}")
+    return EXIT_USAGE
+
+
+def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    # Imported here so that `venus-edge --help` stays fast.
+    from venus_edge.agent import Agent, AgentConfig
+    from venus_edge.engine import LlamaCppEngine, SamplingParams
+    from venus_edge.models import resolve_model
+    from venus_edge.toolbox import default_tools
+    from venus_edge.tools.corpus import CorpusError
+
+    if not args.corpus:
+        parser.error("give at least one --corpus DIR (web search is not available yet)")
+    if args.max_turns < 1:
+        parser.error("--max-turns must be at least 1")
+    model_path = resolve_model(args.model)
+    engine = LlamaCppEngine(model_path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed)
+    try:
+        try:
+            tools = default_tools(args.corpus, completer=engine)
+        except CorpusError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        config = AgentConfig(
+            max_turns=args.max_turns, time_limit_s=args.time_limit, strict=args.strict, seed=args.seed,
+            min_tool_calls=args.min_tool_calls,
+            sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens),
+        )
+        agent = Agent(engine, tools, config=config, trajectory_path=args.out)
+        progress = _Progress(sys.stderr, quiet=args.quiet)
+        stream = agent.events(args.question)
+        while True:
+            try:
+                progress.show(next(stream))
+            except StopIteration as stop:
+                result = stop.value
+                break
+    finally:
+        engine.close()
+    if args.json:
+        payload = {k: v for k, v in vars(result).items() if k != "messages"}
+        payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        _print_result(result, sys.stdout)
+    return EXIT_ANSWERED if result.answer is not None else EXIT_NO_ANSWER
+
+
+class _Progress:
+    """One line per notable event on stderr: turn, tool calls, tokens/s, context fill."""
+
+    def __init__(self, out: TextIO, *, quiet: bool) -> None:
+        self.out, self.quiet = out, quiet
+
+    def show(self, event: Event) -> None:
+        if self.quiet:
+            return
+        line = self._line(event)
+        if line:
+            print(line, file=self.out, flush=True)
+
+    def _line(self, event: Event) -> str | None:
+        if isinstance(event, SessionStarted):
+            return f"model {event.model.get('name')} ({event.model.get('file_type')}), n_ctx {event.model.get('n_ctx'):,}"
+        if isinstance(event, TurnStarted):
+            fill = 100 * event.prompt_tokens / max(event.n_ctx, 1)
+            again = f" (attempt {event.attempt + 1})" if event.attempt else ""
+            return f"turn {event.turn + 1}{again}: context {event.prompt_tokens:,}/{event.n_ctx:,} tokens ({fill:.0f}%)"
+        if isinstance(event, TurnCompleted):
+            stats = event.stats
+            return (f"  {event.kind}: {stats['tokens_decoded']} tokens at {stats['decode_tokens_per_s']:.1f} tok/s, "
+                    f"prefill {stats['prompt_tokens_evaluated']} new / {stats['prompt_tokens_reused']} reused")
+        if isinstance(event, TurnRetried):
+            return f"  retry ({event.reason}): {event.detail[:120]}"
+        if isinstance(event, ToolCalled):
+            return f"  {event.name} {json.dumps(event.arguments, ensure_ascii=False)[:160]}"
+        if isinstance(event, ToolReturned):
+            failed = f", {len(event.failures)} failed" if event.failures else ""
+            return f"  -> {event.observation_chars:,} chars in {event.elapsed_s:.1f} s, {len(event.visited_urls)} read{failed}"
+        if isinstance(event, (LimitReached, ErrorRaised)):
+            return f"  ! {event.to_dict()}"
+        if isinstance(event, SessionFinished):
+            return f"finished: {event.termination} after {event.turns} turns in {event.elapsed_s:.1f} s"
+        return None
+
+
+def _print_result(result: "Result", out: TextIO) -> None:
+    if result.answer is not None:
+        print(f"Answer:\n{result.answer}", file=out)
+    else:
+        print(f"No answer ({result.termination}).", file=out)
+    print("\nSources:" if result.sources else "\nSources: none visited", file=out)
+    for url in result.sources:
+        print(f"  {url}", file=out)
+    if result.unvisited_citations:
+        print("Cited but never visited: " + ", ".join(result.unvisited_citations), file=out)
+    if result.trajectory_path:
+        print(f"\nTrajectory: {result.trajectory_path}", file=out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

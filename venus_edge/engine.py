@@ -1,0 +1,522 @@
+"""The inference engine: an ``Engine`` protocol and ``LlamaCppEngine``, llama.cpp in-process.
+
+The engine is token-in, text-out. It keeps the KV cache of its last prompt and evaluates only the new suffix of
+the next one (llama-cpp-python's prefix match in ``Llama.generate``), and it reports, per call, how many prompt
+tokens were evaluated and how many were reused from the KV cache.
+
+Text is rebuilt from each token's bytes with a buffer sized to the token, because llama-cpp-python 0.3.36
+detokenizes through a 32-byte buffer and cuts longer tokens (TEST_MODELS.md).
+
+Usage:
+
+    engine = LlamaCppEngine("model.gguf", n_ctx=8192)
+    ids = engine.tokenize("<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n")
+    completion = engine.generate(ids, sampling=SamplingParams(max_tokens=64), stop=["<tool_response>"])
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import ctypes
+import os
+import time
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp import _internals
+
+from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
+from venus_edge.protocol import render_chat
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_N_CTX = 32_768
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings for one generation call.
+
+    Defaults are the DR-Venus inference defaults (PROTOCOL.md, "Decoding and limits"; Inference/run_demo.py).
+    llama.cpp applies the presence penalty over the last ``penalty_last_n`` tokens (64 by default in
+    llama-cpp-python), where vLLM applies it over all generated tokens.
+
+    Attributes:
+        temperature: softmax temperature; 0 means greedy.
+        top_p: nucleus mass kept.
+        top_k: candidates kept before top_p.
+        presence_penalty: subtracted once from the logit of every token already present.
+        max_tokens: new tokens at most in this call.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 20
+    presence_penalty: float = 1.1
+    max_tokens: int = 15_000
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """What one ``generate`` call cost.
+
+    Attributes:
+        prompt_tokens: tokens in the prompt.
+        prompt_tokens_evaluated: prompt tokens run through the model in this call (prefill).
+        prompt_tokens_reused: prompt tokens whose KV entries were kept from the previous call.
+        tokens_decoded: tokens sampled (the end-of-generation token included).
+        prefill_s: seconds from the call to the first sampled token.
+        decode_s: seconds from the first sampled token to the end.
+    """
+
+    prompt_tokens: int
+    prompt_tokens_evaluated: int
+    prompt_tokens_reused: int
+    tokens_decoded: int
+    prefill_s: float
+    decode_s: float
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Decode speed; the first token belongs to prefill, so it is left out."""
+        return (self.tokens_decoded - 1) / self.decode_s if self.tokens_decoded > 1 and self.decode_s > 0 else 0.0
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prompt_tokens_evaluated / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "decode_tokens_per_s": round(self.decode_tokens_per_s, 3)}
+
+
+FinishReason = Literal["stop", "eog", "length"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The result of one ``generate`` call.
+
+    Attributes:
+        text: generated text, cut before the stop string that ended it.
+        token_ids: generated token ids, end-of-generation token excluded.
+        finish_reason: ``stop`` (a stop string), ``eog`` (end-of-generation token) or ``length``.
+        stop_string: the stop string met, if any.
+        stats: timing and KV-cache figures.
+    """
+
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    stop_string: str | None
+    stats: GenerationStats
+
+
+TokenCallback = Callable[[str], None]
+
+
+class Engine(Protocol):
+    """What the agent needs from a model. ``LlamaCppEngine`` is the runtime's; training plugs in others."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def detokenize(self, token_ids: Sequence[int]) -> str: ...
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        sampling: SamplingParams,
+        stop: Sequence[str] = (),
+        grammar: str | None = None,
+        on_text: TokenCallback | None = None,
+        seed: int | None = None,
+    ) -> Completion: ...
+
+    def model_info(self) -> dict[str, Any]: ...
+
+
+def physical_cores() -> int:
+    """Physical CPU cores available to this process (hyper-threads counted once), at least 1."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores: set[tuple[str, str]] = set()
+    with contextlib.suppress(OSError):
+        physical = core = ""
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "physical id":
+                physical = value.strip()
+            elif key.strip() == "core id":
+                core = value.strip()
+                cores.add((physical, core))
+    return max(1, min(available, len(cores) or available))
+
+
+def _n_ctx_train(path: Path) -> int:
+    """The training context length from the GGUF header, read with a vocabulary-only load (no weights)."""
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    try:
+        model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+    except ValueError as exc:
+        raise ModelLoadError(path, str(exc)) from exc
+    try:
+        return model.n_ctx_train()
+    finally:
+        model.close()
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail early, with the path, on a file that is missing, empty or not GGUF.
+
+    Raises:
+        ModelNotFoundError: no such file.
+        ModelLoadError: not a GGUF file (wrong magic) or empty.
+    """
+    if not path.is_file():
+        raise ModelNotFoundError(str(path), "no such file")
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(path, f"not a GGUF file (first bytes {magic!r}, expected {GGUF_MAGIC!r})")
+
+
+class LlamaCppEngine:
+    """llama.cpp in-process through llama-cpp-python, with exact text and KV-cache reuse figures.
+
+    Args:
+        model_path: a local GGUF file (see ``venus_edge.models.resolve_model`` for hub repos).
+        n_ctx: context window in tokens; default ``min(n_ctx_train, 32768)``.
+        n_threads: decode threads; default the physical cores.
+        n_batch: prompt tokens evaluated per llama.cpp batch.
+        seed: sampling seed; two engines with the same seed, model and prompts give the same text.
+        kv_cache_f32: keep the KV cache in F32 (for parity checks; F16 otherwise).
+
+    Raises:
+        ModelNotFoundError: no file at ``model_path``.
+        ModelLoadError: llama.cpp refuses the file (corrupt, truncated, unsupported architecture).
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        n_ctx: int | None = None,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        seed: int = 0,
+        kv_cache_f32: bool = False,
+    ) -> None:
+        self.model_path = Path(model_path)
+        check_gguf_file(self.model_path)
+        threads = n_threads or physical_cores()
+        kv_type = {"type_k": 0, "type_v": 0} if kv_cache_f32 else {}
+        if n_ctx is None:
+            n_ctx = min(_n_ctx_train(self.model_path), DEFAULT_N_CTX)
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(self.model_path),
+                n_ctx=n_ctx,
+                n_batch=min(n_batch, n_ctx),
+                n_threads=threads,
+                n_threads_batch=threads,
+                seed=seed,
+                verbose=False,
+                **kv_type,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ModelLoadError(self.model_path, str(exc)) from exc
+        self.n_threads = threads
+        self.seed = seed
+        self._vocab = self._llm._model.vocab
+        self._pieces: dict[int, bytes] = {}
+        self._nfc = self._llm.metadata.get("tokenizer.ggml.pre") == "qwen2"
+        self._helper: _HelperContext | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------ tokens
+    @property
+    def n_ctx(self) -> int:
+        return self._llm.n_ctx()
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text``; special tokens written in the text (``<|im_start|>``) become their ids.
+
+        For Qwen vocabularies the text is NFC-normalized first, as the Hugging Face tokenizer does and
+        llama.cpp does not (TEST_MODELS.md), so the ids equal the ones the model was trained on.
+        """
+        self._check_open()
+        if self._nfc:
+            text = unicodedata.normalize("NFC", text)
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes of one token, whatever its length (special tokens rendered as their text)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            size = 64
+            while True:
+                buffer = ctypes.create_string_buffer(size)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, size, 0, True)
+                if n >= 0:
+                    piece = buffer.raw[:n]
+                    break
+                size = -n
+            self._pieces[token_id] = piece
+        return piece
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids``; invalid UTF-8 (a token stream cut inside a character) becomes U+FFFD."""
+        return b"".join(self.token_bytes(t) for t in token_ids).decode("utf-8", errors="replace")
+
+    def is_end_of_generation(self, token_id: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
+
+    # ------------------------------------------------------------------------------------------ generate
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        sampling: SamplingParams = SamplingParams(),
+        stop: Sequence[str] = (),
+        grammar: str | None = None,
+        on_text: TokenCallback | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """Generate a continuation of ``prompt_ids`` on the main context (its KV cache is reused).
+
+        Args:
+            prompt_ids: the whole prompt; the part shared with the previous call's tokens is not evaluated again.
+            sampling: sampling settings; ``max_tokens`` is also capped by the room left in ``n_ctx``.
+            stop: stop strings; the text is cut before the first one met.
+            grammar: a GBNF grammar constraining the output (llama.cpp ``LlamaGrammar``).
+            on_text: called with each new piece of text as it is decoded (stop strings never leak into it).
+            seed: sampling seed for this call (default: the engine's seed). The agent passes a new seed per
+                attempt, since llama.cpp reseeds its sampler on every call and a retry would repeat itself.
+
+        Raises:
+            ContextOverflowError: the prompt leaves no room for a single new token.
+        """
+        self._check_open()
+        self._llm.set_seed(self.seed if seed is None else seed)
+        return _run_generation(self, self._llm, prompt_ids, sampling, stop, grammar, on_text)
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
+        """Complete a short chat on a second context that shares the weights (``TextCompleter`` protocol).
+
+        Used by ``visit`` to write evidence and summaries; the agent's KV cache is untouched. Greedy decoding;
+        a reasoning block, if the model writes one, is removed from the returned text.
+        """
+        self._check_open()
+        if self._helper is None:
+            self._helper = _HelperContext(self._llm)
+        thinking = self._llm.metadata.get("tokenizer.ggml.pre") == "qwen2"
+        prompt = render_chat(messages, open_reasoning=thinking)
+        ids = self.tokenize(prompt)
+        room = self._helper.llm.n_ctx() - max_tokens
+        if len(ids) > room:
+            raise ContextOverflowError(len(ids), self._helper.llm.n_ctx(), "shorten the extraction input")
+        completion = _run_generation(self, self._helper.llm, ids, SamplingParams(
+            temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens), (), None, None)
+        text = completion.text
+        return text.split("</think>")[-1].strip() if thinking or "</think>" in text else text.strip()
+
+    def model_info(self) -> dict[str, Any]:
+        """Facts about the loaded model for trajectories and reports."""
+        meta = self._llm.metadata
+        return {
+            "path": str(self.model_path),
+            "name": meta.get("general.name", self.model_path.stem),
+            "architecture": meta.get("general.architecture"),
+            "file_type": _FILE_TYPES.get(int(meta.get("general.file_type", -1)), meta.get("general.file_type")),
+            "size_bytes": self.model_path.stat().st_size,
+            "n_params": self._llm._model.n_params(),
+            "n_ctx": self.n_ctx,
+            "n_ctx_train": self._llm._model.n_ctx_train(),
+            "n_threads": self.n_threads,
+        }
+
+    def close(self) -> None:
+        """Free the contexts and the model. Further calls raise ``EngineStateError``."""
+        if self._closed:
+            return
+        if self._helper is not None:
+            self._helper.close()
+        self._llm.close()
+        self._closed = True
+
+    def __enter__(self) -> "LlamaCppEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineStateError(f"engine for {self.model_path} is closed; create a new LlamaCppEngine")
+
+
+# llama.cpp's LLAMA_FTYPE values for the types this project produces (llama.h, enum llama_ftype).
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 15: "Q4_K_M", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+
+
+class _HelperContext:
+    """A second llama.cpp context on the main model's weights, driven by the same ``Llama`` code.
+
+    A second ``Llama`` would load and repack the weights again (345 MB more for a 253 MB Q4_K_M file, measured
+    in TEST_MODELS.md); a context on the same ``llama_model`` costs only its KV cache and buffers. The clone
+    shares ``_model`` and owns a new context, batch and token buffers under its own exit stack, so closing it
+    never frees the shared model.
+    """
+
+    def __init__(self, main: llama_cpp.Llama, n_ctx: int | None = None) -> None:
+        n_ctx = min(n_ctx or 8192, main.n_ctx())
+        params = type(main.context_params).from_buffer_copy(main.context_params)
+        params.n_ctx = n_ctx
+        clone = llama_cpp.Llama.__new__(llama_cpp.Llama)
+        clone.__dict__.update(main.__dict__)
+        clone._stack = contextlib.ExitStack()
+        clone.context_params = params
+        clone._ctx = clone._stack.enter_context(
+            contextlib.closing(_internals.LlamaContext(model=main._model, params=params, verbose=False))
+        )
+        clone._batch = clone._stack.enter_context(
+            contextlib.closing(_internals.LlamaBatch(n_tokens=main.n_batch, embd=0, n_seq_max=1, verbose=False))
+        )
+        clone._n_ctx = n_ctx
+        clone.n_tokens = 0
+        clone._requires_eval = True
+        clone._sampler = None
+        clone.input_ids = np.ndarray((n_ctx,), dtype=np.intc)
+        clone.scores = np.ndarray((main.n_batch, main._n_vocab), dtype=np.single)
+        clone._candidates = _internals.LlamaTokenDataArray(n_vocab=main._n_vocab)
+        self.llm = clone
+
+    def close(self) -> None:
+        self.llm._stack.close()
+
+
+def _reused_prefix(llm: llama_cpp.Llama, prompt_ids: Sequence[int]) -> int:
+    """Prompt tokens whose KV entries ``Llama.generate`` keeps (mirrors its prefix-match rule)."""
+    cached = llm.input_ids[: llm.n_tokens]
+    shared = 0
+    for a, b in zip(cached, prompt_ids):
+        if a != b:
+            break
+        shared += 1
+    if shared == len(prompt_ids):
+        if llm.n_tokens == len(prompt_ids) and not llm._requires_eval:
+            return shared
+        return shared - 1
+    return shared
+
+
+def _run_generation(
+    engine: LlamaCppEngine,
+    llm: llama_cpp.Llama,
+    prompt_ids: Sequence[int],
+    sampling: SamplingParams,
+    stop: Sequence[str],
+    grammar: str | None,
+    on_text: TokenCallback | None,
+) -> Completion:
+    """The one decode loop, for the main context and the helper context alike."""
+    prompt_ids = list(prompt_ids)
+    room = llm.n_ctx() - len(prompt_ids)
+    if room < 1 or not prompt_ids:
+        raise ContextOverflowError(len(prompt_ids), llm.n_ctx(), "raise n_ctx or use the force-answer policy")
+    reused = _reused_prefix(llm, prompt_ids)
+    max_tokens = min(sampling.max_tokens, room)
+    compiled = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    stream = _StopStream(stop, on_text)
+    token_ids: list[int] = []
+    finish: FinishReason = "length"
+    decoded = 0
+    start = first = time.perf_counter()
+    tokens = llm.generate(
+        prompt_ids, top_k=sampling.top_k, top_p=sampling.top_p, min_p=0.0, temp=sampling.temperature,
+        presence_penalty=sampling.presence_penalty, repeat_penalty=1.0, grammar=compiled,
+    )
+    for token in tokens:
+        decoded += 1
+        if decoded == 1:
+            first = time.perf_counter()
+        if engine.is_end_of_generation(token):
+            finish = "eog"
+            break
+        token_ids.append(token)
+        if stream.feed(decoder.decode(engine.token_bytes(token))):
+            finish = "stop"
+            break
+        if len(token_ids) >= max_tokens:
+            break
+    tokens.close()
+    if finish != "stop":
+        stream.feed(decoder.decode(b"", final=True))
+        stream.flush()
+    end = time.perf_counter()
+    stats = GenerationStats(
+        prompt_tokens=len(prompt_ids),
+        prompt_tokens_evaluated=len(prompt_ids) - reused,
+        prompt_tokens_reused=reused,
+        tokens_decoded=decoded,
+        prefill_s=first - start,
+        decode_s=end - first,
+    )
+    return Completion(stream.text, token_ids, finish, stream.stop_hit, stats)
+
+
+@dataclass
+class _StopStream:
+    """Accumulates decoded text, finds stop strings, and streams only text that cannot start a stop string."""
+
+    stops: Sequence[str]
+    on_text: TokenCallback | None
+    text: str = ""
+    emitted: int = 0
+    stop_hit: str | None = None
+    _longest: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self._longest = max((len(s) for s in self.stops), default=0)
+
+    def feed(self, piece: str) -> bool:
+        """Add text; return True when a stop string has been met (the text is then cut before it)."""
+        self.text += piece
+        window = max(0, len(self.text) - len(piece) - self._longest)
+        hits = [(pos, s) for s in self.stops if (pos := self.text.find(s, window)) != -1]
+        if hits:
+            pos, self.stop_hit = min(hits)
+            self.text = self.text[:pos]
+            self.flush()
+            return True
+        held = max((n for s in self.stops for n in range(len(s) - 1, 0, -1) if self.text.endswith(s[:n])), default=0)
+        self._emit(len(self.text) - held)
+        return False
+
+    def flush(self) -> None:
+        self._emit(len(self.text))
+
+    def _emit(self, upto: int) -> None:
+        if upto > self.emitted:
+            if self.on_text is not None:
+                self.on_text(self.text[self.emitted: upto])
+            self.emitted = upto

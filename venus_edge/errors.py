@@ -1,0 +1,82 @@
+"""The runtime's error tree.
+
+Faults are sorted by who caused them. The model's mistakes (bad format, unknown tool, bad arguments) never
+raise: the agent records them on the turn and shows them to the model as observation text. What is left here
+is what the user or the machine got wrong, and each error carries the values needed to fix it.
+
+    VenusEdgeError
+    ├── ModelNotFoundError      no model file at a path, or a hub repo/file that cannot be fetched
+    ├── ModelLoadError          a file exists but llama.cpp cannot load it (corrupt, truncated, not GGUF)
+    ├── ContextOverflowError    a prompt does not fit in n_ctx
+    ├── EngineStateError        an engine used after close()
+    └── TrajectoryError         a trajectory journal that cannot be read or resumed
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class VenusEdgeError(Exception):
+    """Base class of every error the runtime raises on purpose."""
+
+
+class ModelNotFoundError(VenusEdgeError):
+    """Raised when a model path does not exist or a hub file cannot be fetched.
+
+    Attributes:
+        source: what the user asked for (a path, or ``repo_id`` / ``repo_id:filename``).
+    """
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        super().__init__(
+            f"model {source!r} not found: {reason}. "
+            "Pass a local GGUF with --model /path/to/model.gguf, or a hub repo as --model owner/name:file.gguf "
+            "on a machine that can reach the Hugging Face hub (set HF_HUB_OFFLINE=1 to use only the local cache)."
+        )
+
+
+class ModelLoadError(VenusEdgeError):
+    """Raised when llama.cpp refuses a model file (bad magic, truncated tensor data, unknown architecture).
+
+    Attributes:
+        path: the file that failed to load.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        super().__init__(f"cannot load model {str(path)!r}: {reason}")
+
+
+class ContextOverflowError(VenusEdgeError):
+    """Raised when a prompt is longer than the context window.
+
+    Attributes:
+        prompt_tokens: tokens in the prompt.
+        n_ctx: the context window in tokens.
+    """
+
+    def __init__(self, prompt_tokens: int, n_ctx: int, hint: str = "raise n_ctx or shorten the question") -> None:
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+        super().__init__(f"prompt is {prompt_tokens:,} tokens; n_ctx is {n_ctx:,}; {hint}")
+
+
+class EngineStateError(VenusEdgeError):
+    """Raised when an engine is used in a state that does not allow the call (after close())."""
+
+
+class TrajectoryError(VenusEdgeError):
+    """Raised when a trajectory journal cannot be parsed or does not match the session it should resume.
+
+    Attributes:
+        path: the journal file.
+        line: 1-based line number of the bad record, or 0 when the fault is not tied to a line.
+    """
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"trajectory {where}: {reason}")

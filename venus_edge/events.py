@@ -1,0 +1,123 @@
+"""Typed events that the agent loop yields: the CLI, the server, apps and the journal all read these.
+
+Every event is a frozen dataclass with a ``type`` tag and ``to_dict()`` (JSON-ready).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class; ``type`` names the event in ``to_dict()`` output."""
+
+    type: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class SessionStarted(Event):
+    type: ClassVar[str] = "session_started"
+    session_id: str
+    question: str
+    model: dict[str, Any]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class TurnStarted(Event):
+    """A generation attempt begins. ``turn`` is 0-based; ``attempt`` counts retries from 0."""
+
+    type: ClassVar[str] = "turn_started"
+    turn: int
+    attempt: int
+    prompt_tokens: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class TextDelta(Event):
+    """New text decoded in the current attempt (stop strings never appear in it)."""
+
+    type: ClassVar[str] = "text"
+    turn: int
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnRetried(Event):
+    """An attempt was thrown away: ``reason`` is ``empty``, ``repetition``, ``format`` or ``duplicate_call``."""
+
+    type: ClassVar[str] = "turn_retried"
+    turn: int
+    attempt: int
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class TurnCompleted(Event):
+    """A turn went into the history. ``kind`` is ``tool_call``, ``answer`` or ``malformed``."""
+
+    type: ClassVar[str] = "turn_completed"
+    turn: int
+    kind: str
+    content: str
+    format_errors: list[dict[str, Any]]
+    stats: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCalled(Event):
+    type: ClassVar[str] = "tool_called"
+    turn: int
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class ToolReturned(Event):
+    """A tool finished; ``failures`` are typed tool failures (refused address, timeout, ...)."""
+
+    type: ClassVar[str] = "tool_returned"
+    turn: int
+    name: str
+    observation_chars: int
+    visited_urls: list[str]
+    failures: list[dict[str, str]]
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class LimitReached(Event):
+    """The turn, token or time limit was met; ``limit`` is ``context``, ``turns`` or ``time``."""
+
+    type: ClassVar[str] = "limit_reached"
+    turn: int
+    limit: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ErrorRaised(Event):
+    """Something failed outside the model's control (a tool crashed, the engine failed)."""
+
+    type: ClassVar[str] = "error"
+    turn: int
+    where: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SessionFinished(Event):
+    type: ClassVar[str] = "session_finished"
+    termination: str
+    answer: str | None
+    sources: list[str]
+    turns: int
+    elapsed_s: float
+    totals: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,78 @@
+"""Where a model comes from: a local GGUF path, or a GGUF file in a Hugging Face hub repo.
+
+Hub downloads go through ``huggingface_hub``, so its cache (``HF_HUB_CACHE`` / ``HF_HOME``), its offline mode
+(``HF_HUB_OFFLINE=1``: the cache only) and its token are respected.
+
+Spec forms:
+    /path/to/model.gguf                          a local file
+    owner/name                                   the repo's Q4_K_M GGUF (or its only GGUF)
+    owner/name:file-Q8_0.gguf                    one file of the repo
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from venus_edge.errors import ModelNotFoundError
+
+DEFAULT_MODEL = "inclusionAI/DR-Venus-4B-RL-GGUF"
+DEFAULT_QUANT = "Q4_K_M"
+
+
+def resolve_model(spec: str | os.PathLike[str] = DEFAULT_MODEL, *, quant: str = DEFAULT_QUANT,
+                  cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Return a local path to the GGUF file named by ``spec``, downloading it from the hub if needed.
+
+    Args:
+        spec: a path, ``owner/name`` or ``owner/name:filename`` (see module docstring).
+        quant: the quant type picked when a repo holds several GGUF files and no filename is given.
+        cache_dir: the hub cache folder (default: huggingface_hub's).
+
+    Raises:
+        ModelNotFoundError: no such local file, a repo or file that cannot be fetched (offline, missing,
+            private), or a repo with several GGUF files and none of type ``quant``.
+    """
+    text = os.fspath(spec)
+    path = Path(text).expanduser()
+    if path.exists() or text.endswith(".gguf") and ":" not in text or text.startswith((".", "/", "~")):
+        if not path.is_file():
+            raise ModelNotFoundError(text, "no such file")
+        return path
+    repo_id, _, filename = text.partition(":")
+    if repo_id.count("/") != 1:
+        raise ModelNotFoundError(text, "not a file path and not a hub repo of the form owner/name[:file.gguf]")
+    return _from_hub(repo_id, filename or None, quant, cache_dir)
+
+
+def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    filename = filename or _pick_gguf(repo_id, quant, cache_dir)
+    try:
+        return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir))
+    except Exception as exc:  # huggingface_hub raises many types (offline, HTTP, missing entry)
+        raise ModelNotFoundError(f"{repo_id}:{filename}", f"cannot fetch it ({type(exc).__name__}: {exc})") from exc
+
+
+def _pick_gguf(repo_id: str, quant: str, cache_dir: str | os.PathLike[str] | None) -> str:
+    """The repo's GGUF of type ``quant``: from the hub's file list, or from the cache when offline."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    try:
+        names = HfApi().list_repo_files(repo_id)
+    except Exception:  # offline or unreachable: fall back to what the cache holds
+        try:
+            folder = Path(snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=True))
+        except Exception as exc:
+            raise ModelNotFoundError(repo_id, "not in the local hub cache and the hub cannot be reached") from exc
+        names = [str(p.relative_to(folder)) for p in folder.rglob("*.gguf")]
+    ggufs = sorted(n for n in names if n.endswith(".gguf"))
+    if len(ggufs) == 1:
+        return ggufs[0]
+    matching = [n for n in ggufs if quant.lower() in Path(n).name.lower()]
+    if not matching:
+        raise ModelNotFoundError(
+            repo_id, f"no {quant} GGUF among the repo's files ({', '.join(ggufs) or 'none'}); name one as {repo_id}:FILE"
+        )
+    return matching[0]
