@@ -26,7 +26,8 @@ class ToolFailure:
 
     Attributes:
         kind: one of ``refused_address``, ``blocked``, ``timeout``, ``too_large``, ``empty``, ``not_text``,
-            ``http_error``, ``unreachable``, ``not_found``, ``bad_arguments``, ``backend_error``.
+            ``http_error``, ``unreachable``, ``not_found``, ``bad_arguments``, ``backend_error``, ``not_recorded``
+            (replay of a call that was never recorded).
         target: the URL or query the failure is about.
         detail: a human-readable sentence.
     """

@@ -15,7 +15,11 @@ Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``Tool
     ├── too_many_redirects   more than max_redirects hops
     ├── http_error           status >= 400 (the status is in the detail)
     ├── too_large            declared or streamed body beyond max_bytes
-    └── not_text             a content type or body that is not text (images, PDF, binary)
+    └── not_text             a content type or body that is not text (images, binary), or an unreadable PDF
+
+A PDF (declared as ``application/pdf``, or an ``application/octet-stream`` or untyped body starting with
+``%PDF-``) is read in full within the same limits and returned as its text (``pdf.pdf_text``), with the content
+type ``application/pdf``.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pdf_text
+
 DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
 TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
 _SNIFF_BYTES = 4096
+# Types whose body may still be a PDF, recognized by its first bytes.
+_SNIFFED_TYPES = ("", "application/octet-stream", "binary/octet-stream")
 
 Resolver = Callable[[str, int], list[str]]
 
@@ -79,8 +87,10 @@ class FetchedPage:
 
     Attributes:
         url: the final URL after redirects.
-        content_type: the media type, lower case, without parameters (``""`` when the server sent none).
-        text: the body decoded with the declared charset (UTF-8 otherwise; undecodable bytes replaced).
+        content_type: the media type, lower case, without parameters (``""`` when the server sent none;
+            ``application/pdf`` for a PDF, also one recognized by its first bytes).
+        text: the body decoded with the declared charset (UTF-8 otherwise; undecodable bytes replaced), or the
+            text extracted from a PDF.
     """
 
     url: str
@@ -165,12 +175,19 @@ def _read_response(response: httpx.Response, url: str, limits: FetchLimits, dead
     if response.status_code >= 400:
         raise FetchError("http_error", url, f"HTTP status {response.status_code}")
     content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if content_type and not _is_text_type(content_type):
-        raise FetchError("not_text", url, f"content type {content_type!r} is not text (HTML or plain text)")
+    if not (_is_text_type(content_type) or content_type in PDF_CONTENT_TYPES or content_type in _SNIFFED_TYPES):
+        raise FetchError("not_text", url, f"content type {content_type!r} is not text (HTML, plain text or PDF)")
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limits.max_bytes:
         raise FetchError("too_large", url, f"Content-Length {declared} bytes exceeds max_bytes {limits.max_bytes}")
     body = _read_capped(response, url, limits, deadline)
+    if content_type in PDF_CONTENT_TYPES or (content_type in _SNIFFED_TYPES and looks_like_pdf(body[:_SNIFF_BYTES])):
+        try:
+            return FetchedPage(str(response.url), PDF_CONTENT_TYPES[0], pdf_text(body))
+        except PdfError as exc:
+            raise FetchError("not_text", url, str(exc)) from None
+    if content_type and not _is_text_type(content_type):
+        raise FetchError("not_text", url, f"content type {content_type!r} is not text and the body is not a PDF")
     if b"\x00" in body[:_SNIFF_BYTES]:
         raise FetchError("not_text", url, "the body holds NUL bytes: binary content")
     return FetchedPage(str(response.url), content_type, _decode(body, response.charset_encoding))

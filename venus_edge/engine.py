@@ -254,7 +254,7 @@ class LlamaCppEngine:
     # ------------------------------------------------------------------------------------------ tokens
     @property
     def n_ctx(self) -> int:
-        return self._llm.n_ctx()
+        return _n_ctx(self._llm)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens written in the text (``<|im_start|>``) become their ids.
@@ -330,9 +330,9 @@ class LlamaCppEngine:
         thinking = self._llm.metadata.get("tokenizer.ggml.pre") == "qwen2"
         prompt = render_chat(messages, open_reasoning=thinking)
         ids = self.tokenize(prompt)
-        room = self._helper.llm.n_ctx() - max_tokens
+        room = _n_ctx(self._helper.llm) - max_tokens
         if len(ids) > room:
-            raise ContextOverflowError(len(ids), self._helper.llm.n_ctx(), "shorten the extraction input")
+            raise ContextOverflowError(len(ids), _n_ctx(self._helper.llm), "shorten the extraction input")
         completion = _run_generation(self, self._helper.llm, ids, SamplingParams(
             temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens), (), None, None)
         text = completion.text
@@ -387,7 +387,7 @@ class _HelperContext:
     """
 
     def __init__(self, main: llama_cpp.Llama, n_ctx: int | None = None) -> None:
-        n_ctx = min(n_ctx or 8192, main.n_ctx())
+        n_ctx = min(n_ctx or 8192, _n_ctx(main))
         params = type(main.context_params).from_buffer_copy(main.context_params)
         params.n_ctx = n_ctx
         clone = llama_cpp.Llama.__new__(llama_cpp.Llama)
@@ -411,6 +411,12 @@ class _HelperContext:
 
     def close(self) -> None:
         self.llm._stack.close()
+
+
+def _n_ctx(llm: llama_cpp.Llama) -> int:
+    """The usable window: llama.cpp may round the context up, but llama-cpp-python's token buffer keeps the
+    requested size."""
+    return min(llm.n_ctx(), len(llm.input_ids))
 
 
 def _reused_prefix(llm: llama_cpp.Llama, prompt_ids: Sequence[int]) -> int:
@@ -439,9 +445,9 @@ def _run_generation(
 ) -> Completion:
     """The one decode loop, for the main context and the helper context alike."""
     prompt_ids = list(prompt_ids)
-    room = llm.n_ctx() - len(prompt_ids)
+    room = _n_ctx(llm) - len(prompt_ids)
     if room < 1 or not prompt_ids:
-        raise ContextOverflowError(len(prompt_ids), llm.n_ctx(), "raise n_ctx or use the force-answer policy")
+        raise ContextOverflowError(len(prompt_ids), _n_ctx(llm), "raise n_ctx or use the force-answer policy")
     reused = _reused_prefix(llm, prompt_ids)
     max_tokens = min(sampling.max_tokens, room)
     compiled = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None

@@ -81,9 +81,59 @@ class ScriptedCompleter:
         return reply
 
 
+def build_pdf(pages: Sequence[Sequence[str]]) -> bytes:
+    """A minimal valid PDF 1.4 written by hand: one Helvetica text line per string, real xref offsets.
+
+    ``pages`` holds each page's lines (ASCII); a page with no lines has an empty content stream (like a scan).
+    """
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    bodies = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    for i, lines in enumerate(pages):
+        escaped = [line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") for line in lines]
+        stream = ("BT /F1 11 Tf 14 TL 72 740 Td " + " T* ".join(f"({line}) Tj" for line in escaped) + " ET").encode()
+        if not lines:
+            stream = b""
+        bodies.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+            f"/Contents {5 + 2 * i} 0 R >>".encode()
+        )
+        bodies.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(bodies, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(bodies) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(bodies) + 1, xref)
+    return bytes(out)
+
+
+# A two-page report; the tests' goal ("boiling point of the sample") is answered on page 2 only.
+REPORT_PAGES = (
+    (
+        "Field report on sample KX-7 (draft)",
+        "This report describes the handling of sample KX-7 in the laboratory during the spring campaign.",
+        "The sample arrived sealed and was stored at four degrees until the measurements began in April.",
+    ),
+    (
+        "Measurements",
+        "The measured boiling point of the sample was 412 kelvin at sea level pressure (the (corrected) value).",
+        "Its density at room temperature was 1.3 grams per cubic centimetre, slightly above the estimate.",
+    ),
+)
+REPORT_PDF = build_pdf(REPORT_PAGES)
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Routes: /docs/<path> (Python docs), /403, /404 (unknown path), /slow, /huge, /huge-declared, /loop,
-    /redirect-to-docs, /redirect-private, /binary, /octet, /empty, /text."""
+    /redirect-to-docs, /redirect-private, /binary, /octet, /empty, /text, /pdf, /pdf-octet (a PDF sent as
+    application/octet-stream), /pdf-broken, /pdf-scan (a page without text)."""
 
     docs_root: Path = DOCS_ROOT
     protocol_version = "HTTP/1.1"
@@ -109,6 +159,10 @@ class _Handler(BaseHTTPRequestHandler):
             "/octet": lambda: self._send(200, "", b"\x00\x01\x02binary\x00" * 100),
             "/empty": lambda: self._send(200, "text/html", b"<html><head></head><body></body></html>"),
             "/text": lambda: self._send(200, "text/plain; charset=utf-8", _PLAIN_TEXT.encode()),
+            "/pdf": lambda: self._send(200, "application/pdf", REPORT_PDF),
+            "/pdf-octet": lambda: self._send(200, "application/octet-stream", REPORT_PDF),
+            "/pdf-broken": lambda: self._send(200, "application/pdf", b"%PDF-1.4\n1 0 obj\n<< /Type /Cat"),
+            "/pdf-scan": lambda: self._send(200, "application/pdf", build_pdf([[]])),
         }
         routes.get(path, lambda: self._send(404, "text/html", b"<html><body>Not found</body></html>"))()
 
@@ -158,17 +212,40 @@ class _QuietServer(ThreadingHTTPServer):
         """A client that gave up (timeout, size limit) leaves a broken pipe here; that is expected."""
 
 
+class LocalServer:
+    """The fixture HTTP server on 127.0.0.1 in a thread; ``stop()`` shuts it down and frees the port."""
+
+    def __init__(self, docs_root: Path) -> None:
+        handler = type("Handler", (_Handler,), {"docs_root": docs_root})
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.running = True
+
+    def stop(self) -> None:
+        if self.running:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join()
+            self.running = False
+
+
 @pytest.fixture(scope="session")
 def server_url(docs_root: Path) -> Iterator[str]:
     """Base URL (``http://127.0.0.1:<port>``) of a threaded HTTP server running for the session."""
-    handler = type("Handler", (_Handler,), {"docs_root": docs_root})
-    server = _QuietServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    server = LocalServer(docs_root)
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def local_server(docs_root: Path) -> Iterator[LocalServer]:
+    """A server of the test's own, which the test may stop (to prove that nothing reaches the network after)."""
+    server = LocalServer(docs_root)
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -60,7 +60,8 @@ def test_all_is_sorted_and_complete() -> None:
 def test_tools_never_import_the_runtime() -> None:
     """One-way arrows (ARCHITECTURE.md): importing every tool module pulls in no engine, agent or protocol."""
     code = (
-        "import sys, venus_edge.tools.search, venus_edge.tools.visit, venus_edge.tools.corpus;"
+        "import sys, venus_edge.tools.search, venus_edge.tools.visit, venus_edge.tools.corpus, venus_edge.tools.replay,"
+        " venus_edge.tools.web_search, venus_edge.tools.pdf;"
         "bad = [m for m in sys.modules if m.split('.')[:2] in (['venus_edge','engine'],['venus_edge','agent'],"
         "['venus_edge','protocol']) or m in ('torch', 'transformers', 'llama_cpp')];"
         "print(bad); sys.exit(1 if bad else 0)"

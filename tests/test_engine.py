@@ -1,0 +1,143 @@
+"""LlamaCppEngine on real GGUF models: exact tokens and text, KV-cache reuse, stop strings, bad model files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import unicodedata
+from pathlib import Path
+
+import llama_cpp
+import pytest
+from tokenizers import Tokenizer
+
+from venus_edge import protocol
+from venus_edge.engine import LlamaCppEngine, SamplingParams
+from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
+
+CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+MIXED_TEXTS = [
+    "def f(x):\n        return x  # deep indentation\n" + " " * 40 + "end",
+    "Title\n=====================================================\n| a | b |\n|---|---|",
+    "中文：北京是中国的首都。日本語もテスト。🚀🎉 emoji",
+    unicodedata.normalize("NFD", "café naïve Ångström"),  # NFD input: both sides must see NFC
+    "<tool_response>\n[{\"query\": \"x\"}]\n</tool_response>",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_qwen3_gguf):
+    engine = LlamaCppEngine(tiny_qwen3_gguf, n_ctx=2048)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(tiny_qwen3_gguf) -> Tokenizer:
+    return Tokenizer.from_file(str(Path(tiny_qwen3_gguf).parent / "checkpoint" / "tokenizer.json"))
+
+
+def test_prompt_tokens_equal_the_hf_tokenizer_ids(tiny_engine, hf_tokenizer):
+    """The ids llama.cpp evaluates for a rendered protocol prompt are the ones the model was trained on."""
+    messages = [{"role": "system", "content": protocol.render_system_prompt([], "2026-11-30")},
+                {"role": "user", "content": " ".join(MIXED_TEXTS)}]
+    for text in [protocol.render_messages(messages)] + MIXED_TEXTS:
+        expected = hf_tokenizer.encode(text, add_special_tokens=False).ids
+        assert tiny_engine.tokenize(text) == expected, text[:60]
+
+
+def test_text_is_exact_for_tokens_longer_than_32_bytes(tiny_engine, hf_tokenizer):
+    """llama-cpp-python's own detokenize cuts tokens longer than 32 bytes; the engine's text does not."""
+    text = MIXED_TEXTS[0] + "\n" + MIXED_TEXTS[1]
+    ids = tiny_engine.tokenize(text)
+    long_ids = [i for i in ids if len(tiny_engine.token_bytes(i)) > 32]
+    assert long_ids, "the sample must contain tokens longer than 32 bytes"
+    assert tiny_engine.detokenize(ids) == hf_tokenizer.decode(ids, skip_special_tokens=False) == text
+    assert tiny_engine._llm.detokenize(ids).decode("utf-8", "replace") != text  # the bug this guards against
+
+
+def test_generate_streams_text_and_cuts_at_stop_string(smollm2_engine):
+    ids = smollm2_engine.tokenize(CHAT)
+    pieces: list[str] = []
+    full = smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=40))
+    assert "Paris" in full.text and full.finish_reason == "eog"
+    cut = smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=40), stop=["Paris"],
+                                  on_text=pieces.append)
+    assert cut.finish_reason == "stop" and cut.stop_string == "Paris"
+    assert cut.text == full.text[: full.text.index("Paris")]
+    assert "".join(pieces) == cut.text
+
+
+def test_max_tokens_ends_with_length(smollm2_engine):
+    completion = smollm2_engine.generate(smollm2_engine.tokenize(CHAT), sampling=SamplingParams(max_tokens=3))
+    assert completion.finish_reason == "length" and len(completion.token_ids) == 3
+
+
+def test_only_the_new_suffix_of_a_prompt_is_evaluated(smollm2_engine):
+    first_ids = smollm2_engine.tokenize("<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n")
+    first = smollm2_engine.generate(first_ids, sampling=SamplingParams(temperature=0.0, max_tokens=12))
+    suffix = smollm2_engine.tokenize("<|im_end|>\n<|im_start|>user\nAnd three animals?<|im_end|>\n<|im_start|>assistant\n")
+    second_ids = first_ids + first.token_ids + suffix
+    second = smollm2_engine.generate(second_ids, sampling=SamplingParams(temperature=0.0, max_tokens=4))
+    # A turn cut by max_tokens ends on a token that was sampled but never evaluated: it is evaluated now.
+    unevaluated = 1 if first.finish_reason == "length" else 0
+    assert second.stats.prompt_tokens_evaluated == len(suffix) + unevaluated, second.stats
+    assert second.stats.prompt_tokens_reused == len(first_ids) + len(first.token_ids) - unevaluated
+
+
+def test_helper_context_leaves_the_agent_kv_cache_untouched(smollm2_engine):
+    ids = smollm2_engine.tokenize(CHAT)
+    smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=2))
+    reply = smollm2_engine.complete([{"role": "user", "content": "Say hello."}], max_tokens=8)
+    assert reply.strip()
+    again = smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=2))
+    assert again.stats.prompt_tokens_reused == len(ids) - 1
+
+
+def test_same_seed_same_text_other_seed_other_text(smollm2_engine):
+    ids = smollm2_engine.tokenize("<|im_start|>user\nWrite a short poem.<|im_end|>\n<|im_start|>assistant\n")
+    sampling = SamplingParams(max_tokens=24)
+    a = smollm2_engine.generate(ids, sampling=sampling, seed=7).text
+    b = smollm2_engine.generate(ids, sampling=sampling, seed=7).text
+    c = smollm2_engine.generate(ids, sampling=sampling, seed=8).text
+    assert a == b and a != c
+
+
+def test_prompt_longer_than_n_ctx_is_a_clear_error(smollm2_gguf):
+    with LlamaCppEngine(smollm2_gguf, n_ctx=64) as engine:
+        ids = engine.tokenize("word " * 100)
+        with pytest.raises(ContextOverflowError, match=r"prompt is 10\d tokens; n_ctx is 64"):
+            engine.generate(ids)
+
+
+def test_missing_model_file(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="--model"):
+        LlamaCppEngine(tmp_path / "absent.gguf")
+
+
+def test_file_that_is_not_gguf(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_text("<html>404 Not Found</html>")
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        LlamaCppEngine(path)
+
+
+def test_truncated_gguf(tmp_path, smollm2_gguf):
+    path = tmp_path / "truncated.gguf"
+    with open(smollm2_gguf, "rb") as source, open(path, "wb") as target:
+        target.write(source.read(5_000_000))
+    with pytest.raises(ModelLoadError, match=str(path)):
+        LlamaCppEngine(path)
+
+
+def test_closed_engine_says_so(smollm2_gguf):
+    engine = LlamaCppEngine(smollm2_gguf, n_ctx=128)
+    engine.close()
+    with pytest.raises(EngineStateError, match="closed"):
+        engine.tokenize("x")
+
+
+def test_model_info_reports_quantization(smollm2_engine):
+    info = smollm2_engine.model_info()
+    assert info["file_type"] == "Q4_1" and info["architecture"] == "llama" and info["n_ctx"] == 8192
+    json.dumps(info)

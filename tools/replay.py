@@ -1,0 +1,150 @@
+"""Record tool calls to disk and replay them byte for byte, so sessions, tests and benchmarks need no network.
+
+A call is keyed by the tool name and its normalized arguments: every property the tool's schema declares as an
+``array`` becomes a list (``{"query": "q"}`` and ``{"query": ["q"]}`` are the same call, as the tools treat them
+the same), then ``json.dumps(..., sort_keys=True)``; the key is the SHA-256 of that text. Each record is one
+JSON file, ``{cache_dir}/{tool}/{key[:2]}/{key}.json``, holding the tool, the normalized arguments and the
+``ToolResult`` (text, visited URLs, typed failures). Files are written with ``ensure_ascii=True`` so any Python
+string, lone surrogates included, comes back identical, and renamed into place so a crash never leaves half a
+record.
+
+``RecordingTool`` wraps a live tool and records every call (``reuse=True`` also answers repeated calls from the
+cache). ``ReplayTool`` answers only from the cache; a call never recorded gets an observation saying so and a
+``not_recorded`` ``ToolFailure``, never an exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from venus_edge.tools.base import Tool, ToolFailure, ToolResult, as_list
+
+RECORD_FORMAT_VERSION = 1
+NOT_RECORDED_TEMPLATE = (
+    "No recorded result for this {tool} call: the session is being replayed from a recording, and this call "
+    "(arguments {arguments}) was not made when it was recorded. Only calls made in the recorded session can be "
+    "answered."
+)
+
+
+def normalize_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments with every ``array`` property of ``schema`` as a list (a bare value ``v`` becomes ``[v]``)."""
+    properties = schema.get("function", {}).get("parameters", {}).get("properties", {})
+    return {
+        key: as_list(value) if properties.get(key, {}).get("type") == "array" else value
+        for key, value in arguments.items()
+    }
+
+
+def call_key(name: str, arguments: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the tool name and already-normalized arguments, ``json.dumps`` with sorted keys."""
+    text = json.dumps({"tool": name, "arguments": arguments}, sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+class ToolCache:
+    """The on-disk records of tool calls under ``cache_dir`` (created on first write)."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
+        self.cache_dir = Path(cache_dir)
+
+    def path(self, name: str, key: str) -> Path:
+        return self.cache_dir / name / key[:2] / f"{key}.json"
+
+    def get(self, name: str, arguments: Mapping[str, Any]) -> ToolResult | None:
+        """The recorded result of ``name(arguments)`` (arguments normalized), or ``None``."""
+        path = self.path(name, call_key(name, arguments))
+        if not path.is_file():
+            return None
+        record = json.loads(path.read_text(encoding="ascii"))
+        result = record["result"]
+        return ToolResult(
+            text=result["text"],
+            visited_urls=tuple(result["visited_urls"]),
+            failures=tuple(ToolFailure(**failure) for failure in result["failures"]),
+        )
+
+    def put(self, name: str, arguments: Mapping[str, Any], result: ToolResult) -> Path:
+        """Record ``result`` for ``name(arguments)`` (arguments normalized), replacing any earlier record."""
+        path = self.path(name, call_key(name, arguments))
+        record = {
+            "version": RECORD_FORMAT_VERSION,
+            "tool": name,
+            "arguments": arguments,
+            "result": {
+                "text": result.text,
+                "visited_urls": list(result.visited_urls),
+                "failures": [failure.to_dict() for failure in result.failures],
+            },
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="ascii", dir=path.parent, suffix=".tmp", delete=False) as f:
+            json.dump(record, f, ensure_ascii=True, sort_keys=True, indent=1)
+        os.replace(f.name, path)
+        return path
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.cache_dir.glob("*/*/*.json"))
+
+
+class RecordingTool:
+    """Wrap a live tool and record each call's ``ToolResult`` on disk.
+
+    Args:
+        tool (`Tool`): the live tool; its ``name`` and ``schema`` are this tool's.
+        cache_dir (`str | PathLike`): where records are written.
+        reuse (`bool`, default `False`): answer a call already recorded from the record instead of the live
+            tool (a read-through cache); by default every call goes to the live tool and overwrites its record.
+    """
+
+    def __init__(self, tool: Tool, cache_dir: str | os.PathLike[str], *, reuse: bool = False) -> None:
+        self.tool = tool
+        self.name = tool.name
+        self.schema = tool.schema
+        self.cache = ToolCache(cache_dir)
+        self.reuse = reuse
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        normalized = normalize_arguments(self.schema, arguments)
+        if self.reuse and (recorded := self.cache.get(self.name, normalized)) is not None:
+            return recorded
+        result = self.tool(arguments)
+        self.cache.put(self.name, normalized, result)
+        return result
+
+
+class ReplayTool:
+    """Answer calls of tool ``name`` from the records in ``cache_dir`` only; nothing live is called.
+
+    Args:
+        name (`str`): the tool name, as recorded.
+        schema (`dict`): the tool's schema (rendered into the system prompt; it must match the recording's tool
+            so the model sees the same prompt).
+        cache_dir (`str | PathLike`): where the records are.
+    """
+
+    def __init__(self, name: str, schema: dict[str, Any], cache_dir: str | os.PathLike[str]) -> None:
+        if schema.get("function", {}).get("name") != name:
+            raise ValueError(f"schema names tool {schema.get('function', {}).get('name')!r}, not {name!r}")
+        self.name = name
+        self.schema = schema
+        self.cache = ToolCache(cache_dir)
+
+    @classmethod
+    def like(cls, tool: Tool, cache_dir: str | os.PathLike[str]) -> ReplayTool:
+        """A replay tool with the name and schema of ``tool`` (which is never called)."""
+        return cls(tool.name, tool.schema, cache_dir)
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        normalized = normalize_arguments(self.schema, arguments)
+        recorded = self.cache.get(self.name, normalized)
+        if recorded is not None:
+            return recorded
+        shown = json.dumps(normalized, ensure_ascii=False, sort_keys=True)
+        text = NOT_RECORDED_TEMPLATE.format(tool=self.name, arguments=shown)
+        return ToolResult(text, failures=(ToolFailure("not_recorded", shown, f"no record in {self.cache.cache_dir}"),))
