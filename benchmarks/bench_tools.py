@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python -m pytest benchmarks/bench_tools.py --benchmark-only -q``
 
 Measures: a cold index of the whole docs, a second open that reloads the index from disk, one search query,
-and one extractive visit of a large page (trafilatura + BM25 reduction). Nothing leaves the machine.
+one extractive visit of a large page (trafilatura + BM25 reduction), and the same visit replayed from a
+recording (``tools/replay.py``). Nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from venus_edge.tools.corpus import Corpus
+from venus_edge.tools.replay import RecordingTool, ReplayTool
 from venus_edge.tools.search import CorpusSearchBackend, SearchTool
 from venus_edge.tools.visit import VisitTool
 
@@ -54,3 +56,11 @@ def test_visit_extractive_large_page(benchmark, index_dir: Path) -> None:
     arguments = {"url": ["corpus://pydocs/library/stdtypes.html"], "goal": "How does str.split handle maxsplit?"}
     result = benchmark(tool, arguments)
     assert result.visited_urls
+
+
+def test_visit_replayed_from_recording(benchmark, index_dir: Path, tmp_path: Path) -> None:
+    live = VisitTool(corpora=[Corpus.open(DOCS_ROOT, index_dir=index_dir, name="pydocs")])
+    arguments = {"url": ["corpus://pydocs/library/stdtypes.html"], "goal": "How does str.split handle maxsplit?"}
+    recorded = RecordingTool(live, tmp_path)(arguments)
+    result = benchmark(ReplayTool.like(live, tmp_path), arguments)
+    assert result == recorded

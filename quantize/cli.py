@@ -188,7 +188,7 @@ def _quantize(args: argparse.Namespace) -> int:
     folder, repo_id = resolve_checkpoint(args.source)
     _prepare_out_dir(args.out)
     name = (repo_id.split("/")[-1] if repo_id else folder.resolve().name) or "model"
-    n_steps = 1 + int(args.hf_parity) + 2 * len(types) + 1
+    n_steps = 1 + int(args.hf_parity) + 2 * len(types)
     progress = _Progress(n_steps, sys.stderr, quiet=args.quiet)
     base_path, table = _convert_base(args, folder, name, progress)
     for qtype in types:

@@ -406,7 +406,7 @@ class VerificationRow:
 _COLUMNS = (  # (header, attribute, format)
     ("file", "file", "{}"), ("type", "file_type", "{}"), ("size MiB", "size_bytes", "{:.1f}"),
     ("mean KL", "mean_kl", "{:.2e}"), ("top-1", "top1_agreement", "{:.3f}"), ("ppl", "ppl", "{:.4g}"),
-    ("ppl ratio", "ppl_ratio", "{:.4f}"), ("max |dlogit| vs HF", "max_abs_logit_diff", "{:.2e}"),
+    ("ppl ratio", "ppl_ratio", "{:.4f}"), ("max abs dlogit vs HF", "max_abs_logit_diff", "{:.2e}"),
     ("tokens = HF", "tokenization_match", "{}"), ("agentic fails", "agentic_failed", "{}"),
     ("fallbacks", "fallbacks", "{}"),
 )

@@ -16,8 +16,8 @@ For one query::
              min(max_backoff_s, base_backoff_s * 2**(r-1)) scaled by a jitter in [0.5, 1), then try all again
     after max_rounds rounds without results    -> WebSearchError (SearchTool shows an empty result list)
 
-An engine that answers with no results is not a failure: when every engine answers and none has results the
-query has none (cached as such). Queries holding Chinese ideographs (U+4E00..U+9FFF) are searched in region
+An engine that answers with no results is not a failure: when, in a round, no engine has results, none was
+throttled or timed out, and at least one answered, the query has no results (an empty list, cached as such). Queries holding Chinese ideographs (U+4E00..U+9FFF) are searched in region
 ``cn-zh``, others in ``us-en``, as the reference tool does (DR-Venus ``Inference/tool_server/tool_search.py``
 sends ``gl=cn, hl=zh-cn`` for them).
 

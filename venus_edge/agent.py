@@ -220,6 +220,8 @@ class _Session:
         self.journal = TrajectoryWriter(agent.trajectory_path, self.session_id) if agent.trajectory_path else None
         self.pending_notice: str | None = None
         self.budget = min(self.config.max_prompt_tokens, self.engine.n_ctx - self.config.answer_reserve_tokens)
+        self._segments: dict[tuple[int, str], list[int]] = {}
+        self._sampled: dict[int, Completion] = {}  # message index -> the completion that wrote it
 
     # ------------------------------------------------------------------------------------------- main loop
     def run(self) -> Generator[Event, None, Result]:
@@ -250,6 +252,7 @@ class _Session:
             if attempt.parsed is None:
                 return (yield from self._end(LLM_ERROR, None))
             parsed = attempt.parsed
+            self._sampled[len(self.messages)] = attempt.completion
             self.messages.append({"role": "assistant", "content": parsed.content})
             self.turns += 1
             if parsed.kind == "answer":
@@ -373,7 +376,28 @@ class _Session:
 
     # ------------------------------------------------------------------------------------------- helpers
     def _prompt_ids(self) -> list[int]:
-        return self.engine.tokenize(protocol.render_messages(self.messages))
+        """Token ids of the rendered conversation, built so that the KV cache is reused to the last token.
+
+        Each message is tokenized once and cached. When the history renders a model turn exactly as it was
+        generated, that message keeps the sampled token ids rather than a re-tokenization of its text: the text
+        is the same, but a sampler may pick token boundaries the tokenizer would not, and every token after the
+        first difference would be evaluated again.
+        """
+        ids: list[int] = []
+        for index, part in enumerate(protocol.render_parts(self.messages)):
+            key = (index, part)
+            if key not in self._segments:
+                self._segments[key] = self._segment_ids(index, part)
+            ids.extend(self._segments[key])
+        return ids
+
+    def _segment_ids(self, index: int, part: str) -> list[int]:
+        sampled = self._sampled.get(index)
+        if sampled is not None:
+            head, tail = protocol.GENERATION_PROMPT, f"{protocol.IM_END}\n"
+            if part == head + sampled.text + tail and self.engine.detokenize(sampled.token_ids) == sampled.text:
+                return self.engine.tokenize(head) + sampled.token_ids + self.engine.tokenize(tail)
+        return self.engine.tokenize(part)
 
     def _count(self, completion: Completion) -> None:
         stats = completion.stats

@@ -1,6 +1,8 @@
 """The ``venus-edge`` command line.
 
     venus-edge research "QUESTION" --corpus DIR [--model PATH|REPO] [--max-turns N] [--out FILE] [--strict]
+    venus-edge quantize SOURCE --types Q4_K_M,Q8_0 --out DIR [--base-type f16]
+    venus-edge inspect FILE.gguf [--json]
 
 Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error.
 """
@@ -56,7 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     research.add_argument("--out", type=Path, default=None, metavar="FILE", help="append the trajectory to this JSONL file")
     research.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     research.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_quantize_commands(commands)
     return parser
+
+
+def _add_quantize_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register `quantize` and `inspect` (their parsers import nothing heavy; gguf loads when they run)."""
+    try:
+        from venus_edge.quantize.cli import add_commands
+    except ImportError:  # the quantize subpackage is not installed
+        return
+    add_commands(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "research":
             return _research(args, parser)
+        if args.command in ("quantize", "inspect"):
+            from venus_edge.quantize.cli import run
+
+            return run(args)
     except VenusEdgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -121,6 +121,12 @@ def render_messages(messages: Sequence[Mapping[str, str]], *, add_generation_pro
     ``<tool_response>`` block) keeps its reasoning, re-rendered as ``<think>\\n{reasoning}\\n</think>\\n\\n{rest}``;
     earlier assistant messages keep only the text after ``</think>``.
     """
+    return "".join(render_parts(messages, add_generation_prompt=add_generation_prompt))
+
+
+def render_parts(messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> list[str]:
+    """``render_messages`` as one string per message (plus the generation prompt); each part starts with
+    ``<|im_start|>``, a special token, so tokenizing the parts one by one gives the ids of the whole text."""
     last_query = len(messages) - 1
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
@@ -136,7 +142,7 @@ def render_messages(messages: Sequence[Mapping[str, str]], *, add_generation_pro
             parts.append(f"{IM_START}{role}\n{content}{IM_END}\n")
     if add_generation_prompt:
         parts.append(GENERATION_PROMPT)
-    return "".join(parts)
+    return parts
 
 
 def _render_assistant(content: str, *, keep_reasoning: bool, is_last: bool) -> str:
@@ -384,7 +390,7 @@ def turn_grammar(
 ) -> str:
     """A GBNF grammar (llama.cpp ``grammars/README.md``) for one well-formed turn, generated after ``<think>\\n``.
 
-    The turn is: reasoning without ``<``, ``</think>\\n\\n``, then either exactly one ``<tool_call>`` whose JSON
+    The turn is: reasoning without ``<`` ending in one newline, ``</think>\\n\\n``, then either exactly one ``<tool_call>`` whose JSON
     names a tool of the session with its arguments in schema order, or one non-empty ``<answer>``; ``actions``
     narrows the choice to one of the two.
     Supported argument types: string, integer, number, boolean, and arrays of those.
@@ -394,7 +400,9 @@ def turn_grammar(
     """
     rules = {
         "root": 'reasoning "</think>\\n\\n" ' + {"call": "call", "answer": "answer", "either": "( call | answer )"}[actions],
-        "reasoning": f"[^<]{{1,{limits.reasoning_chars}}}",
+        # No newline at either end and one before </think>: the text then renders back unchanged through the
+        # template (which strips the reasoning's newlines), so its sampled tokens stay in the KV cache.
+        "reasoning": f'[^<\\n] ( [^<]{{0,{limits.reasoning_chars - 2}}} [^<\\n] )? "\\n"',
         "answer": f'"<answer>\\n" [^<]{{1,{limits.answer_chars}}} "\\n</answer>"',
         "string": f'"\\"" ( [^"\\\\\\x00-\\x1f] | "\\\\" ["\\\\/bfnrt] ){{1,{limits.string_chars}}} "\\""',
         "integer": '"-"? [0-9]{1,12}',

@@ -63,7 +63,7 @@ def test_tools_never_import_the_runtime() -> None:
         "import sys, venus_edge.tools.search, venus_edge.tools.visit, venus_edge.tools.corpus, venus_edge.tools.replay,"
         " venus_edge.tools.web_search, venus_edge.tools.pdf;"
         "bad = [m for m in sys.modules if m.split('.')[:2] in (['venus_edge','engine'],['venus_edge','agent'],"
-        "['venus_edge','protocol']) or m in ('torch', 'transformers', 'llama_cpp')];"
+        "['venus_edge','protocol']) or m in ('torch', 'transformers', 'llama_cpp', 'ddgs', 'pypdf')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

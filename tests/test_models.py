@@ -1,0 +1,66 @@
+"""Model resolution: local paths, and hub repos through huggingface_hub's cache in offline mode."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from venus_edge.cli import main
+from venus_edge.errors import ModelNotFoundError
+from venus_edge.models import resolve_model
+
+
+def _fake_hub_cache(root, repo_id, files, source):
+    """The folder layout huggingface_hub writes: models--owner--name/{refs/main, snapshots/<rev>/...}."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    for name in files:
+        shutil.copy(source, snapshot / name)
+    return snapshot
+
+
+def test_local_path(smollm2_gguf):
+    assert resolve_model(str(smollm2_gguf)) == smollm2_gguf
+
+
+def test_missing_local_path(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="no such file"):
+        resolve_model(str(tmp_path / "nope.gguf"))
+
+
+def test_hub_repo_from_the_offline_cache_picks_the_quant(tmp_path, smollm2_gguf, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snapshot = _fake_hub_cache(tmp_path, "acme/Model-GGUF", ["model-Q8_0.gguf", "model-Q4_K_M.gguf"], smollm2_gguf)
+    assert resolve_model("acme/Model-GGUF", cache_dir=tmp_path) == snapshot / "model-Q4_K_M.gguf"
+    assert resolve_model("acme/Model-GGUF:model-Q8_0.gguf", cache_dir=tmp_path) == snapshot / "model-Q8_0.gguf"
+    with pytest.raises(ModelNotFoundError, match="no Q2_K GGUF"):
+        resolve_model("acme/Model-GGUF", quant="Q2_K", cache_dir=tmp_path)
+
+
+def test_hub_repo_not_cached_offline_says_how_to_pass_a_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match="--model /path/to/model.gguf"):
+        resolve_model("inclusionAI/DR-Venus-4B-RL-GGUF", cache_dir=tmp_path)
+
+
+def test_cli_default_model_unreachable_exits_3_with_the_hint(docs_corpus, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert main(["research", "q", "--corpus", str(docs_corpus)]) == 3
+    assert "--model" in capsys.readouterr().err
+
+
+def test_cli_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["research", "q"])
+    assert exit_info.value.code == 2 and "--corpus" in capsys.readouterr().err
+
+
+def test_cli_empty_corpus_is_a_clear_error(smollm2_gguf, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["research", "q", "--model", str(smollm2_gguf), "--corpus", str(tmp_path / "empty"), "--n-ctx", "512"]) == 3
+    assert "empty" in capsys.readouterr().err

@@ -1,0 +1,46 @@
+"""End to end with real models: `venus-edge research` on SmolLM2-135M-Instruct over real Python docs, and the
+same loop on a tiny Qwen3 built by our converter, where every prompt token must be evaluated once."""
+
+from __future__ import annotations
+
+import json
+
+from venus_edge.agent import Agent, AgentConfig
+from venus_edge.cli import main
+from venus_edge.engine import LlamaCppEngine, SamplingParams
+from venus_edge.toolbox import default_tools
+from venus_edge.trajectory import read_trajectories
+
+
+def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_corpus, tmp_path, capsys):
+    out = tmp_path / "trajectories.jsonl"
+    code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
+                 "--corpus", str(docs_corpus), "--strict", "--min-tool-calls", "2", "--max-turns", "3",
+                 "--n-ctx", "8192", "--max-tokens", "400", "--out", str(out)])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert stdout.startswith("Answer:\n") and "\nSources" in stdout and f"Trajectory: {out}" in stdout
+    assert "turn 1: context" in stderr and "tok/s" in stderr
+    [trajectory] = read_trajectories(out)
+    calls = [turn["tool_call"] for turn in trajectory.turns if turn["tool_call"]]
+    assert len(calls) >= 2 and {c["name"] for c in calls} <= {"search", "visit"}
+    for turn in trajectory.turns:
+        if turn["tool_call"] and turn["tool_call"]["name"] == "search":
+            results = json.loads(turn["observation"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
+            assert results[0]["query"] == turn["tool_call"]["arguments"]["query"][0]
+    assert trajectory.termination in ("answered", "answered_max_steps") and trajectory.answer
+    assert trajectory.header["model"]["file_type"] == "Q4_1"
+
+
+def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, docs_corpus, tmp_path):
+    journal = tmp_path / "tiny.jsonl"
+    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=4096) as engine:
+        config = AgentConfig(strict=True, min_tool_calls=2, max_turns=3, sampling=SamplingParams(max_tokens=300))
+        result = Agent(engine, default_tools([docs_corpus]), config=config, trajectory_path=journal).run("tomllib?")
+    assert result.termination in ("answered", "answered_max_steps"), result.termination
+    turns = read_trajectories(journal)[0].turns
+    assert len(turns) >= 3
+    for previous, turn in zip(turns, turns[1:]):
+        known = previous["stats"]["prompt_tokens"] + len(previous["token_ids"])
+        new = turn["stats"]["prompt_tokens"] - known
+        assert 0 < turn["stats"]["prompt_tokens_evaluated"] <= new + 1, (turn["turn"], turn["stats"], new)
