@@ -34,3 +34,21 @@ def test_logits_match_transformers(tiny_checkpoint, tiny_gguf_f32, tiny_gguf_f16
     assert f32_diff <= 1e-4, f"F32 max abs logit diff {f32_diff:.3g} (logit std {reference.std():.3g})"
     assert f16_diff <= 2e-2, f"F16 max abs logit diff {f16_diff:.3g}"
     assert (f32.argmax(-1) == reference.argmax(-1)).all()
+
+
+def test_greedy_decode_matches_transformers(tiny_checkpoint, tiny_gguf_f32):
+    """Free-running greedy decoding: the runtime engine on the F32 GGUF (F32 KV cache) emits the same 24 tokens
+    as transformers' greedy ``generate`` on the checkpoint."""
+    from dataclasses import replace
+
+    from venus_edge.engine import GREEDY, LlamaCppEngine
+
+    model = Qwen3ForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        output = model.generate(torch.tensor([PROMPT_IDS]), max_new_tokens=24, do_sample=False,
+                                eos_token_id=None, pad_token_id=0)
+    reference = output[0, len(PROMPT_IDS):].tolist()
+    with LlamaCppEngine(tiny_gguf_f32, n_ctx=256, kv_cache_f32=True) as engine:
+        ours = engine.generate(PROMPT_IDS, sampling=replace(GREEDY, max_tokens=24))
+    # The engine stops at an end-of-generation token; transformers was told not to.
+    assert ours.token_ids == reference[: len(ours.token_ids)] and len(ours.token_ids) >= 8, (ours.token_ids, reference)
