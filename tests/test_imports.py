@@ -16,6 +16,7 @@ def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
 
 
 def test_all_is_sorted_and_complete():
+    assert set(venus_edge.__all__) == set(venus_edge._EXPORTS)
     assert venus_edge.__all__ == sorted(venus_edge.__all__)
     public = {name for name in dir(venus_edge) if not name.startswith("_") and name[0].isupper()}
     assert public <= set(venus_edge.__all__), public - set(venus_edge.__all__)
