@@ -49,7 +49,7 @@ def test_hub_repo_not_cached_offline_says_how_to_pass_a_model(tmp_path, monkeypa
 
 
 def test_cli_default_model_unreachable_exits_3_with_the_hint(docs_corpus, capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["research", "q", "--corpus", str(docs_corpus)]) == 3
     assert "--model" in capsys.readouterr().err
 

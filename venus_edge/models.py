@@ -45,12 +45,20 @@ def resolve_model(spec: str | os.PathLike[str] = DEFAULT_MODEL, *, quant: str = 
     return _from_hub(repo_id, filename or None, quant, cache_dir)
 
 
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` read now (huggingface_hub reads it once, at import, which may precede a change)."""
+    from huggingface_hub import constants
+
+    value = os.environ.get("HF_HUB_OFFLINE", "")
+    return constants.HF_HUB_OFFLINE or value.strip().lower() in ("1", "true", "yes", "on")
+
+
 def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: str | os.PathLike[str] | None) -> Path:
     from huggingface_hub import hf_hub_download
 
     filename = filename or _pick_gguf(repo_id, quant, cache_dir)
     try:
-        return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir))
+        return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir, local_files_only=hub_offline()))
     except Exception as exc:  # huggingface_hub raises many types (offline, HTTP, missing entry)
         raise ModelNotFoundError(f"{repo_id}:{filename}", f"cannot fetch it ({type(exc).__name__}: {exc})") from exc
 
@@ -60,6 +68,8 @@ def _pick_gguf(repo_id: str, quant: str, cache_dir: str | os.PathLike[str] | Non
     from huggingface_hub import HfApi, snapshot_download
 
     try:
+        if hub_offline():
+            raise OSError("offline")
         names = HfApi().list_repo_files(repo_id)
     except Exception:  # offline or unreachable: fall back to what the cache holds
         try:
