@@ -4,9 +4,15 @@ A ``Corpus`` is the offline stand-in for the web (``../shared/TEST_MODELS.md``, 
 research"). Every document gets a URL the model can pass to ``visit``: ``corpus://{name}/{relative/path}``.
 
 Indexing is a cheap text pass (lxml ``text_content`` of the page's main region, not trafilatura, which takes
-~70 s on the 530 pages of the Python docs) followed by a bm25s index. The index, the extracted texts and a
-manifest of the files (relative path, mtime in ns, size in bytes) are saved under ``index_dir``; a later
-``Corpus.open`` of an unchanged folder loads them instead of re-indexing.
+~70 s on the 530 pages of the Python docs; pypdf for PDF files) followed by a bm25s index. The index, the
+extracted texts and a manifest of the files (relative path, mtime in ns, size in bytes) are saved under
+``index_dir``. A later ``Corpus.open`` of an unchanged folder loads them instead of re-indexing; after a change
+it extracts only the files that are new or changed (same path, mtime and size -> the saved text is reused) and
+rebuilds the BM25 index, which is the cheap part. ``Corpus.stats`` says what was reused and extracted.
+
+A file that cannot be read (a broken or password-protected PDF, a scanned PDF without text) does not stop the
+corpus: it is left out of the index and listed in ``Corpus.skipped`` with the reason, and is not retried until
+it changes.
 
 Usage::
 
@@ -18,7 +24,8 @@ Errors::
 
     CorpusError
     ├── EmptyCorpusError        the folder holds no readable document
-    └── DocumentNotFoundError   a URL that names no document of this corpus (also a LookupError)
+    ├── DocumentNotFoundError   a URL that names no document of this corpus (also a LookupError)
+    └── UnreadableDocumentError a document that can no longer be read (e.g. a PDF broken since indexing)
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 from urllib.parse import quote, unquote, urlsplit
@@ -37,16 +44,19 @@ import bm25s
 import lxml.html
 from lxml import etree
 
+from venus_edge.tools.pdf import PdfError, pdf_text
+
 URL_SCHEME = "corpus"
-ACCEPTED_SUFFIXES: tuple[str, ...] = (".html", ".htm", ".md", ".txt")
+ACCEPTED_SUFFIXES: tuple[str, ...] = (".html", ".htm", ".md", ".txt", ".pdf")
 CONTENT_TYPES: dict[str, str] = {
     ".html": "text/html",
     ".htm": "text/html",
     ".md": "text/markdown",
     ".txt": "text/plain",
+    ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 1
+INDEX_FORMAT_VERSION = 2
 SNIPPET_CHARS = 240
 _TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 _STOPWORDS = "en"
@@ -62,6 +72,10 @@ class EmptyCorpusError(CorpusError):
 
 class DocumentNotFoundError(CorpusError, LookupError):
     """Raised by ``Corpus.read`` for a URL that names no document of this corpus."""
+
+
+class UnreadableDocumentError(CorpusError):
+    """Raised by ``Corpus.read`` when an indexed document can no longer be read as text (a PDF broken since)."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +97,9 @@ class Document:
     Attributes:
         url: the ``corpus://`` URL (or the final http(s) URL when ``visit`` builds one from a fetch).
         title: the page title, or the file name when the document has none.
-        html_or_text: the raw document text (HTML markup kept for ``text/html``).
-        content_type: ``text/html``, ``text/markdown`` or ``text/plain``.
+        html_or_text: the raw document text (HTML markup kept for ``text/html``); for a PDF, its extracted text
+            (pages separated by blank lines).
+        content_type: ``text/html``, ``text/markdown``, ``text/plain`` or ``application/pdf``.
     """
 
     url: str
@@ -94,21 +109,51 @@ class Document:
 
 
 @dataclass(frozen=True)
+class IndexStats:
+    """What one ``Corpus.open`` did.
+
+    Attributes:
+        extracted: files whose text was extracted in this open (new or changed, or all on a first index).
+        reused: files whose saved text was reused (unchanged path, mtime and size).
+        removed: files of the saved index that are gone from the folder.
+        skipped: files left out because they could not be read (see ``Corpus.skipped``).
+    """
+
+    extracted: int
+    reused: int
+    removed: int
+    skipped: int
+
+
+@dataclass(frozen=True)
 class _Entry:
     path: str  # relative, POSIX separators
     title: str
     text: str  # whitespace-collapsed text from the cheap pass
+    mtime_ns: int
+    size: int
+    error: str = ""  # why the file is left out of the index; "" for an indexed document
 
 
 class Corpus:
-    """A folder of ``.html/.htm/.md/.txt`` documents with a BM25 index; build with ``Corpus.open``."""
+    """A folder of ``.html/.htm/.md/.txt/.pdf`` documents with a BM25 index; build with ``Corpus.open``.
 
-    def __init__(self, root: Path, name: str, entries: list[_Entry], retriever: bm25s.BM25) -> None:
+    Attributes:
+        root, name: the folder and the corpus name used in URLs.
+        loaded_from_cache: the folder was unchanged and the saved index was loaded as it was.
+        stats (`IndexStats`): files extracted, reused, removed and skipped by this open.
+        skipped (`dict[str, str]`): relative path -> why the file is not in the index.
+    """
+
+    def __init__(self, root: Path, name: str, entries: list[_Entry], retriever: bm25s.BM25, stats: IndexStats) -> None:
         self.root = root
         self.name = name
-        self._entries = entries
+        self._entries = [entry for entry in entries if not entry.error]
+        self._all_entries = entries
+        self.skipped = {entry.path: entry.error for entry in entries if entry.error}
         self._retriever = retriever
-        self._by_path = {entry.path: index for index, entry in enumerate(entries)}
+        self._by_path = {entry.path: index for index, entry in enumerate(self._entries)}
+        self.stats = stats
         self.loaded_from_cache = False
 
     @classmethod
@@ -131,7 +176,8 @@ class Corpus:
                 Sphinx build folders (``_sources`` holds a ``.txt`` copy of every page, ``_static`` assets).
 
         Raises:
-            EmptyCorpusError: no readable document under ``folder``.
+            EmptyCorpusError: no readable document under ``folder`` (none with an accepted extension, or none
+                whose text could be read).
             NotADirectoryError: ``folder`` is not a folder.
         """
         root = Path(folder).expanduser().resolve()
@@ -147,7 +193,7 @@ class Corpus:
             )
         corpus = _load_index(cache, root, name, manifest)
         if corpus is None:
-            corpus = _build_index(root, name, manifest)
+            corpus = _build_index(root, name, manifest, _saved_entries(cache, root))
             _save_index(cache, corpus, manifest)
         return corpus
 
@@ -178,7 +224,9 @@ class Corpus:
         """Read the document at a ``corpus://{name}/{path}`` URL (a ``#fragment`` or ``?query`` is ignored).
 
         Raises:
-            DocumentNotFoundError: another scheme or corpus name, or no such document in this corpus.
+            DocumentNotFoundError: another scheme or corpus name, or no such document in this corpus (a skipped
+                file included).
+            UnreadableDocumentError: a PDF that no longer parses.
         """
         path = self._path_of(url)
         file = self.root / path
@@ -187,8 +235,13 @@ class Corpus:
         except OSError as exc:
             raise DocumentNotFoundError(f"cannot read {url}: {exc.strerror}") from None
         entry = self._entries[self._by_path[path]]
-        suffix = Path(path).suffix.lower()
-        return Document(url, entry.title, _decode(raw), CONTENT_TYPES[suffix])
+        content_type = CONTENT_TYPES[Path(path).suffix.lower()]
+        if content_type == "application/pdf":
+            try:
+                return Document(url, entry.title, pdf_text(raw), content_type)
+            except PdfError as exc:
+                raise UnreadableDocumentError(f"cannot read {url}: {exc}") from None
+        return Document(url, entry.title, _decode(raw), content_type)
 
     def _path_of(self, url: str) -> str:
         parts = urlsplit(url)
@@ -232,20 +285,52 @@ def _manifest(root: Path, skip_dir_prefixes: Sequence[str]) -> dict:
 # Building, saving and loading the index
 
 
-def _build_index(root: Path, name: str, manifest: dict) -> Corpus:
-    entries = []
-    for path, _, _ in manifest["files"]:
-        title, text = extract_title_and_text(_decode((root / path).read_bytes()), Path(path))
-        entries.append(_Entry(path, title, text))
+def _build_index(root: Path, name: str, manifest: dict, saved: dict[str, _Entry]) -> Corpus:
+    """Extract new and changed files (reusing ``saved`` texts of unchanged ones), then index the readable ones."""
+    entries, extracted = [], 0
+    for path, mtime_ns, size in manifest["files"]:
+        previous = saved.get(path)
+        if previous is not None and (previous.mtime_ns, previous.size) == (mtime_ns, size):
+            entries.append(previous)
+            continue
+        entries.append(_extract_entry(root, path, mtime_ns, size))
+        extracted += 1
+    readable = [entry for entry in entries if not entry.error]
+    if not readable:
+        reasons = "; ".join(f"{entry.path}: {entry.error}" for entry in entries[:5])
+        raise EmptyCorpusError(f"no document in {str(root)!r} could be read ({reasons})")
     tokens = bm25s.tokenize(
-        [f"{entry.title}\n{entry.text}" for entry in entries],
+        [f"{entry.title}\n{entry.text}" for entry in readable],
         token_pattern=_TOKEN_PATTERN,
         stopwords=_STOPWORDS,
         show_progress=False,
     )
     retriever = bm25s.BM25()
     retriever.index(tokens, show_progress=False)
-    return Corpus(root, name, entries, retriever)
+    present = {path for path, _, _ in manifest["files"]}
+    stats = IndexStats(
+        extracted=extracted,
+        reused=len(entries) - extracted,
+        removed=len(set(saved) - present),
+        skipped=len(entries) - len(readable),
+    )
+    return Corpus(root, name, entries, retriever, stats)
+
+
+def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
+    """One file's title and text; a file that cannot be read gets an entry with ``error`` set instead."""
+    try:
+        raw = (root / path).read_bytes()
+        if Path(path).suffix.lower() == ".pdf":
+            text = pdf_text(raw)
+            if not text.strip():
+                return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
+            title, text = _plain_title(text, markdown=False), text
+        else:
+            title, text = extract_title_and_text(_decode(raw), Path(path))
+    except (OSError, PdfError) as exc:
+        return _Entry(path, "", "", mtime_ns, size, str(exc))
+    return _Entry(path, " ".join(title.split())[:200] or Path(path).name, " ".join(text.split()), mtime_ns, size)
 
 
 def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
@@ -255,9 +340,22 @@ def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
     cache.mkdir(parents=True)
     corpus._retriever.save(cache / "bm25", show_progress=False)
     with open(cache / "documents.jsonl", "w", encoding="utf-8") as out:
-        for entry in corpus._entries:
-            out.write(json.dumps({"path": entry.path, "title": entry.title, "text": entry.text}) + "\n")
+        for entry in corpus._all_entries:
+            out.write(json.dumps(asdict(entry)) + "\n")
     (cache / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def _saved_entries(cache: Path, root: Path) -> dict[str, _Entry]:
+    """The saved per-file texts of an index of the same folder and format, by path; ``{}`` when unusable."""
+    try:
+        saved = json.loads((cache / "manifest.json").read_text(encoding="utf-8"))
+        if saved.get("version") != INDEX_FORMAT_VERSION or saved.get("root") != str(root):
+            return {}
+        with open(cache / "documents.jsonl", encoding="utf-8") as lines:
+            entries = [_Entry(**json.loads(line)) for line in lines]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+    return {entry.path: entry for entry in entries}
 
 
 def _load_index(cache: Path, root: Path, name: str, manifest: dict) -> Corpus | None:
@@ -271,7 +369,8 @@ def _load_index(cache: Path, root: Path, name: str, manifest: dict) -> Corpus | 
         retriever = bm25s.BM25.load(cache / "bm25", show_progress=False)
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    corpus = Corpus(root, name, entries, retriever)
+    skipped = sum(1 for entry in entries if entry.error)
+    corpus = Corpus(root, name, entries, retriever, IndexStats(0, len(entries), 0, skipped))
     corpus.loaded_from_cache = True
     return corpus
 

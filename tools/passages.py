@@ -77,6 +77,21 @@ def _html_paragraphs(html: str) -> list[str]:
     return [" ".join(tree.text_content().split())]
 
 
+def is_script_shell(html: str) -> bool:
+    """True for an HTML page that holds scripts and no visible text outside ``<script>``, ``<style>``,
+    ``<noscript>`` and ``<template>``: a single-page-app shell whose content only JavaScript would render
+    (``<noscript>`` text such as "You need to enable JavaScript" does not count as content)."""
+    try:
+        tree = lxml.html.document_fromstring(html)
+    except (etree.ParserError, ValueError):
+        return False
+    if not tree.xpath("//script"):
+        return False
+    for node in tree.xpath("//script|//style|//noscript|//template|//head"):
+        node.drop_tree()
+    return not tree.text_content().strip()
+
+
 def _collect_blocks(element: etree._Element, out: list[str]) -> None:
     """Append one passage per leaf block (a block with no block children) of trafilatura's XML."""
     if not any(child.tag in _BLOCK_TAGS for child in element):

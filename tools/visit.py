@@ -10,17 +10,24 @@ Source: PROTOCOL.md, "Tools and observation shapes", and the reference tool (DR-
 one block per URL, joined with ``"\\n=======\\n"``, the whole ``.strip()``'ed. A page that cannot be read gets
 fixed evidence and summary texts (``UNREADABLE_EVIDENCE``, ``UNREADABLE_SUMMARY``) and a typed ``ToolFailure``.
 
-Per URL: read (``corpus://`` from a ``Corpus``, ``http(s)`` through ``fetch.fetch_page``), extract passages
+Per URL: read (``corpus://`` from a ``Corpus``, ``http(s)`` through ``fetch.fetch_page``; the URLs of one call
+are read concurrently, up to ``max_concurrent_reads`` at a time), extract passages
 (``passages.extract_passages``), reduce them to the goal within ``reduce_budget_tokens``, then ask the
 completer (the local model; one call per URL, up to two more when its answer does not parse) for a JSON object
 ``{"rational", "evidence", "summary"}``. Without a completer, or when it never answers with parseable JSON,
 the output is extractive: evidence = the passages that match the goal, summary = their first sentences.
+The completer runs one URL after another, in the order given: there is one local model.
+
+A page with no readable text is an ``empty`` failure; that includes an HTML page that is only a JavaScript
+application shell (``passages.is_script_shell``), since visit does not run scripts.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
@@ -28,9 +35,15 @@ from urllib.parse import urlsplit
 import httpx
 
 from venus_edge.tools.base import TextCompleter, ToolFailure, ToolResult, as_list
-from venus_edge.tools.corpus import URL_SCHEME, Corpus, DocumentNotFoundError
+from venus_edge.tools.corpus import URL_SCHEME, Corpus, DocumentNotFoundError, UnreadableDocumentError
 from venus_edge.tools.fetch import DEFAULT_USER_AGENT, FetchError, FetchLimits, Resolver, fetch_page, resolve_host
-from venus_edge.tools.passages import approx_tokens, extract_passages, first_sentences, select_passages
+from venus_edge.tools.passages import (
+    approx_tokens,
+    extract_passages,
+    first_sentences,
+    is_script_shell,
+    select_passages,
+)
 
 VISIT_SCHEMA: dict[str, Any] = {
     "type": "function",
@@ -59,6 +72,10 @@ DEFAULT_REDUCE_BUDGET_TOKENS = 6000
 DEFAULT_EXTRACTIVE_BUDGET_TOKENS = 1200
 DEFAULT_COMPLETER_MAX_TOKENS = 1500
 DEFAULT_COMPLETER_ATTEMPTS = 3
+DEFAULT_MAX_CONCURRENT_READS = 4
+# Below this much extracted text an HTML page is checked for being a JavaScript shell.
+_SHELL_CHECK_CHARS = 500
+_HTML_TYPES = ("text/html", "application/xhtml+xml", "")
 # Extractive evidence keeps passages scoring at least this fraction of the page's best passage.
 EXTRACTIVE_MIN_SCORE_RATIO = 0.3
 
@@ -109,6 +126,7 @@ class VisitTool:
         completer_max_tokens (`int`, default `1500`): ``max_tokens`` of each completer call.
         completer_attempts (`int`, default `3`): completer calls per URL while its answer does not parse.
         resolve (`Callable[[str, int], list[str]]`): host -> addresses, for the address policy (``getaddrinfo``).
+        max_concurrent_reads (`int`, default `4`): URLs of one call fetched (or read from a corpus) at once.
     """
 
     name = "visit"
@@ -127,12 +145,16 @@ class VisitTool:
         completer_max_tokens: int = DEFAULT_COMPLETER_MAX_TOKENS,
         completer_attempts: int = DEFAULT_COMPLETER_ATTEMPTS,
         resolve: Resolver = resolve_host,
+        max_concurrent_reads: int = DEFAULT_MAX_CONCURRENT_READS,
     ) -> None:
         names = [corpus.name for corpus in corpora]
         if len(set(names)) != len(names):
             raise ValueError(f"corpus names must be unique, got {names}")
-        if reduce_budget_tokens < 1 or extractive_budget_tokens < 1 or completer_attempts < 1:
-            raise ValueError("reduce_budget_tokens, extractive_budget_tokens and completer_attempts must be >= 1")
+        if min(reduce_budget_tokens, extractive_budget_tokens, completer_attempts, max_concurrent_reads) < 1:
+            raise ValueError(
+                "reduce_budget_tokens, extractive_budget_tokens, completer_attempts and max_concurrent_reads "
+                "must be >= 1"
+            )
         self.schema = json.loads(json.dumps(VISIT_SCHEMA))
         self.corpora = {corpus.name: corpus for corpus in corpora}
         self.completer = completer
@@ -144,15 +166,17 @@ class VisitTool:
         self.completer_max_tokens = completer_max_tokens
         self.completer_attempts = completer_attempts
         self.resolve = resolve
+        self.max_concurrent_reads = max_concurrent_reads
         self._client = http_client
         self._owns_client = http_client is None
+        self._client_lock = threading.Lock()
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
         """Visit every URL of ``arguments["url"]`` (a list or a bare string) for ``arguments["goal"]``."""
         goal = str(arguments.get("goal", ""))
+        urls = [str(u) for u in as_list(arguments.get("url", []))]
         sections, visited, failures = [], [], []
-        for url in (str(u) for u in as_list(arguments.get("url", []))):
-            page, failure = self._read(url)
+        for url, (page, failure) in zip(urls, self._read_all(urls)):
             if page is None:
                 sections.append(format_visit_section(url, goal, UNREADABLE_EVIDENCE, UNREADABLE_SUMMARY))
                 failures.append(failure)
@@ -178,6 +202,13 @@ class VisitTool:
 
     # ---- reading ---------------------------------------------------------------------------------------
 
+    def _read_all(self, urls: list[str]) -> list[tuple[PageText | None, ToolFailure | None]]:
+        """``_read`` of every URL, in the order given, up to ``max_concurrent_reads`` in flight at once."""
+        if len(urls) <= 1 or self.max_concurrent_reads == 1:
+            return [self._read(url) for url in urls]
+        with ThreadPoolExecutor(min(len(urls), self.max_concurrent_reads), thread_name_prefix="visit") as pool:
+            return list(pool.map(self._read, urls))
+
     def _read(self, url: str) -> tuple[PageText | None, ToolFailure | None]:
         """Read one URL into passages, or say why not."""
         try:
@@ -193,9 +224,15 @@ class VisitTool:
             return None, ToolFailure(exc.kind, url, exc.detail + where)
         except DocumentNotFoundError as exc:
             return None, ToolFailure("not_found", url, str(exc))
+        except UnreadableDocumentError as exc:
+            return None, ToolFailure("not_text", url, str(exc))
         except ValueError as exc:  # urlsplit on a malformed URL (e.g. an unclosed IPv6 bracket)
             return None, ToolFailure("unreachable", url, f"not a valid URL: {exc}")
         passages = extract_passages(source, content_type)
+        short_html = content_type in _HTML_TYPES and sum(map(len, passages)) < _SHELL_CHECK_CHARS
+        if short_html and is_script_shell(source):
+            detail = "script-only page: its content is rendered by JavaScript, which visit does not run"
+            return None, ToolFailure("empty", url, detail)
         if not passages:
             return None, ToolFailure("empty", url, "no readable text in the page")
         return PageText(url, passages), None
@@ -209,9 +246,10 @@ class VisitTool:
         return document.html_or_text, document.content_type
 
     def _http(self) -> httpx.Client:
-        if self._client is None:
-            self._client = httpx.Client(headers={"User-Agent": DEFAULT_USER_AGENT})
-        return self._client
+        with self._client_lock:  # reads run in threads; one client (and connection pool) for all
+            if self._client is None:
+                self._client = httpx.Client(headers={"User-Agent": DEFAULT_USER_AGENT})
+            return self._client
 
     # ---- evidence and summary --------------------------------------------------------------------------
 

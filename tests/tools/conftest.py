@@ -130,13 +130,24 @@ REPORT_PAGES = (
 REPORT_PDF = build_pdf(REPORT_PAGES)
 
 
+# A single-page-app shell as create-react-app writes it: a title, scripts, a noscript notice, an empty root.
+JS_SHELL_HTML = b"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Acme dashboard</title>
+<script defer src="/static/js/main.3f2a9c.js"></script><link href="/static/css/main.css" rel="stylesheet"></head>
+<body><noscript>You need to enable JavaScript to run this app.</noscript><div id="root"></div>
+<script>window.__INITIAL_STATE__={"user":null,"items":[1,2,3]};</script></body></html>"""
+TOGETHER_PARTIES = 3
+TOGETHER_TIMEOUT_S = 5.0
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Routes: /docs/<path> (Python docs), /403, /404 (unknown path), /slow, /huge, /huge-declared, /loop,
-    /redirect-to-docs, /redirect-private, /binary, /octet, /empty, /text, /pdf, /pdf-octet (a PDF sent as
-    application/octet-stream), /pdf-broken, /pdf-scan (a page without text)."""
+    /redirect-to-docs, /redirect-private, /binary, /octet, /empty, /js-shell (a single-page-app shell), /text, /pdf,
+    /pdf-octet (a PDF sent as application/octet-stream), /pdf-broken, /pdf-scan (a page without text),
+    /together-<name> (answers only once ``TOGETHER_PARTIES`` such requests are in flight at the same time)."""
 
     docs_root: Path = DOCS_ROOT
     protocol_version = "HTTP/1.1"
+    together = threading.Barrier(TOGETHER_PARTIES, timeout=TOGETHER_TIMEOUT_S)
 
     def log_message(self, format: str, *args: object) -> None:  # keep test output quiet
         pass
@@ -158,12 +169,15 @@ class _Handler(BaseHTTPRequestHandler):
             "/binary": lambda: self._send(200, "image/png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4),
             "/octet": lambda: self._send(200, "", b"\x00\x01\x02binary\x00" * 100),
             "/empty": lambda: self._send(200, "text/html", b"<html><head></head><body></body></html>"),
+            "/js-shell": lambda: self._send(200, "text/html; charset=utf-8", JS_SHELL_HTML),
             "/text": lambda: self._send(200, "text/plain; charset=utf-8", _PLAIN_TEXT.encode()),
             "/pdf": lambda: self._send(200, "application/pdf", REPORT_PDF),
             "/pdf-octet": lambda: self._send(200, "application/octet-stream", REPORT_PDF),
             "/pdf-broken": lambda: self._send(200, "application/pdf", b"%PDF-1.4\n1 0 obj\n<< /Type /Cat"),
             "/pdf-scan": lambda: self._send(200, "application/pdf", build_pdf([[]])),
         }
+        if path.startswith("/together-"):
+            return self._together(path)
         routes.get(path, lambda: self._send(404, "text/html", b"<html><body>Not found</body></html>"))()
 
     def _send(self, status: int, content_type: str, body: bytes) -> None:
@@ -179,6 +193,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Location", location)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def _together(self, path: str) -> None:
+        """Wait for the other parties; a request that arrives alone times out and gets a 503."""
+        try:
+            self.together.wait()
+        except threading.BrokenBarrierError:
+            self.together.reset()
+            return self._send(503, "text/plain", b"the other requests never came")
+        body = f"<html><body><p>{path[len('/together-'):]} arrived together with the others.</p></body></html>"
+        self._send(200, "text/html", body.encode())
 
     def _slow(self) -> None:
         time.sleep(SLOW_S)
@@ -252,3 +276,9 @@ def local_server(docs_root: Path) -> Iterator[LocalServer]:
 def scripted_completer() -> type[ScriptedCompleter]:
     """The ``ScriptedCompleter`` class, for tests to build with their own replies."""
     return ScriptedCompleter
+
+
+@pytest.fixture
+def pdf_samples() -> dict[str, bytes]:
+    """PDF bytes: ``report`` (two pages, text), ``scan`` (a page without text), ``broken`` (truncated)."""
+    return {"report": REPORT_PDF, "scan": build_pdf([[]]), "broken": b"%PDF-1.4\n1 0 obj\n<< /Type /Cat"}

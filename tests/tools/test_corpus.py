@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from venus_edge.tools.corpus import Corpus, DocumentNotFoundError, EmptyCorpusError, make_snippet
+from venus_edge.tools.corpus import Corpus, DocumentNotFoundError, EmptyCorpusError, IndexStats, make_snippet
+from venus_edge.tools.visit import VisitTool
 
 
 def test_subset_indexes_every_page(subset_corpus: Corpus, docs_subset: Path) -> None:
@@ -128,3 +129,59 @@ def test_full_python_docs(docs_root: Path, tmp_path: Path) -> None:
     for query, page in [("when was tomllib added", "library/tomllib.html"), ("default pickle protocol", "library/pickle.html")]:
         assert again.search(query, k=1)[0].url == f"corpus://pydocs/{page}", query
     print(f"\nfull docs: {len(corpus)} pages, index {index_s:.2f} s, reopen {reopen_s:.3f} s ({os.cpu_count()} cpus)")
+
+
+def test_pdfs_are_indexed_read_and_broken_ones_skipped(tmp_path: Path, pdf_samples: dict[str, bytes]) -> None:
+    """A PDF is searchable and readable as text; a broken or text-less PDF is listed in ``skipped``, not fatal."""
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    for name, data in pdf_samples.items():
+        (folder / f"{name}.pdf").write_bytes(data)
+    (folder / "notes.md").write_text("# Notes\n\nNothing about kelvin here.\n", encoding="utf-8")
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index")
+    assert len(corpus) == 2 and set(corpus.skipped) == {"broken.pdf", "scan.pdf"}, corpus.skipped
+    assert "no text layer" in corpus.skipped["scan.pdf"] and "could not be read" in corpus.skipped["broken.pdf"]
+    hits = corpus.search("measured boiling point in kelvin")
+    assert hits[0].url == "corpus://papers/report.pdf" and "412 kelvin" in hits[0].snippet, hits
+    assert hits[0].title == "Field report on sample KX-7 (draft)"
+    document = corpus.read(hits[0].url)
+    assert document.content_type == "application/pdf" and "412 kelvin" in document.html_or_text
+    with pytest.raises(DocumentNotFoundError, match="broken.pdf"):
+        corpus.read("corpus://papers/broken.pdf")
+
+    # visit reads the PDF's second page for the goal, and a PDF broken after indexing is a typed failure
+    result = VisitTool(corpora=[corpus])({"url": [hits[0].url], "goal": "boiling point of the sample"})
+    assert result.visited_urls == (hits[0].url,) and "412 kelvin" in result.text
+    (folder / "report.pdf").write_bytes(b"%PDF-1.4 truncated")
+    broken = VisitTool(corpora=[corpus])({"url": [hits[0].url], "goal": "boiling point"})
+    assert [f.kind for f in broken.failures] == ["not_text"] and broken.visited_urls == ()
+
+
+def test_reindex_extracts_only_new_and_changed_files(tmp_path: Path) -> None:
+    """Incremental indexing: unchanged files keep their saved text, skipped files are not retried."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\nwidget number {i}\n", encoding="utf-8")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 broken")
+    index = tmp_path / "index"
+    first = Corpus.open(folder, index_dir=index)
+    assert first.stats == IndexStats(extracted=6, reused=0, removed=0, skipped=1)
+
+    (folder / "n1.md").write_text("# Note 1\n\nthe frobnicator moved here\n", encoding="utf-8")
+    (folder / "n4.md").unlink()
+    (folder / "new.txt").write_text("New\n\nanother frobnicator\n", encoding="utf-8")
+    second = Corpus.open(folder, index_dir=index)
+    assert not second.loaded_from_cache
+    assert second.stats == IndexStats(extracted=2, reused=4, removed=1, skipped=1)
+    assert {h.url for h in second.search("frobnicator")} == {"corpus://notes/n1.md", "corpus://notes/new.txt"}
+    assert second.search("widget number 4") and all("n4.md" not in h.url for h in second.search("widget"))
+
+    third = Corpus.open(folder, index_dir=index)
+    assert third.loaded_from_cache and third.stats.extracted == 0 and third.skipped == second.skipped
+
+
+def test_folder_of_only_unreadable_files_is_an_empty_corpus(tmp_path: Path) -> None:
+    (tmp_path / "a.pdf").write_bytes(b"%PDF-1.4 broken")
+    with pytest.raises(EmptyCorpusError, match="a.pdf"):
+        Corpus.open(tmp_path, index_dir=tmp_path / "index")

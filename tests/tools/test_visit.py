@@ -182,6 +182,7 @@ def test_plain_text_keeps_the_relevant_paragraph(server_url: str) -> None:
         ("/binary", "not_text", "image/png"),
         ("/octet", "not_text", "NUL"),
         ("/empty", "empty", ""),
+        ("/js-shell", "empty", "script-only page"),
     ],
 )
 def test_http_failures_give_fixed_text_and_typed_failure(server_url: str, path: str, kind: str, detail: str) -> None:
@@ -190,6 +191,17 @@ def test_http_failures_give_fixed_text_and_typed_failure(server_url: str, path: 
     assert text == unreadable(url, "When was tomllib added?").strip()
     assert visited == ()
     assert [f.kind for f in failures] == [kind] and detail in failures[0].detail, failures
+
+
+def test_urls_of_one_call_are_fetched_concurrently(server_url: str) -> None:
+    """Each /together-* request is answered only while all three are in flight: a sequential visit gets 503s."""
+    urls = [f"{server_url}/together-{name}" for name in ("a", "b", "c")]
+    limits = FetchLimits(read_timeout_s=10, total_timeout_s=15)  # past the server's 5 s wait, so a lone request 503s
+    with VisitTool(limits=limits, allow_private=True) as tool:
+        result = tool({"url": urls, "goal": "who arrived together"})
+    assert result.failures == () and result.visited_urls == tuple(urls), result.failures
+    sections = result.text.split("\n=======\n")
+    assert [f"{name} arrived together" in section for name, section in zip("abc", sections)] == [True] * 3
 
 
 def test_connection_refused_is_unreachable() -> None:
