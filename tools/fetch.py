@@ -3,8 +3,15 @@
 Every hop of a redirect chain is checked before it is requested: only ``http``/``https``; the host is
 resolved and refused when any of its addresses is not globally routable (loopback, private, link-local, which
 includes the cloud metadata address 169.254.169.254, carrier-grade NAT, multicast, reserved), unless
-``allow_private=True``. Limitation: httpx resolves the host again when it connects, so a DNS server that answers
-differently the second time (DNS rebinding) is not caught; run behind an egress proxy where that matters.
+``allow_private=True``.
+
+The check is made again where it counts, when the connection opens: ``checked_transport`` is an httpx transport
+whose httpcore network backend resolves the host with the same resolver, applies the same policy and connects
+to the addresses it just checked. A DNS server that answers with a public address for the check and a private
+one for the connection (DNS rebinding) is therefore refused, and the connection never uses an address that was
+not checked. TLS still verifies the certificate against the host name (httpcore sends it as SNI). ``visit``
+builds its client on this transport; a client passed in by the caller keeps its own transport (and only the
+per-hop check). Through an HTTP proxy from the environment the proxy resolves names; the check per hop stays.
 
 Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``ToolFailure``::
 
@@ -26,11 +33,13 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
 from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pdf_text
@@ -127,17 +136,84 @@ def check_url(url: str, *, allow_private: bool, resolve: Resolver = resolve_host
         raise FetchError("unreachable", url, f"not a valid URL: {exc}") from None
     if not host:
         raise FetchError("unreachable", url, "the URL has no host")
-    if allow_private:
-        return
+    if not allow_private:
+        checked_addresses(host, port, allow_private=False, resolve=resolve, url=url)
+
+
+def checked_addresses(host: str, port: int, *, allow_private: bool, resolve: Resolver, url: str = "") -> list[str]:
+    """The addresses of ``host``, all of them public unless ``allow_private``.
+
+    Raises:
+        FetchError: ``unreachable`` when the host does not resolve, ``refused_address`` when an address is not
+            public (or none is returned); ``url`` (default ``host``) names the target in the error.
+    """
+    url = url or host
     try:
         addresses = resolve(host, port)
     except OSError as exc:
         raise FetchError("unreachable", url, f"cannot resolve host {host!r}: {exc}") from None
     refused = [address for address in addresses if not is_public_address(address)]
-    if refused or not addresses:
+    if not addresses or (refused and not allow_private):
         raise FetchError(
             "refused_address", url, f"host {host!r} resolves to non-public address(es) {', '.join(refused)}"
         )
+    return addresses
+
+
+class _CheckedNetworkBackend(httpcore.NetworkBackend):
+    """An httpcore network backend that resolves, checks, then connects to exactly the checked addresses."""
+
+    def __init__(self, *, allow_private: bool, resolve: Resolver) -> None:
+        self._allow_private = allow_private
+        self._resolve = resolve
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        addresses = checked_addresses(host, port, allow_private=self._allow_private, resolve=self._resolve)
+        error: Exception | None = None
+        for address in addresses:  # the first that accepts, as a resolver-driven client would
+            try:
+                return self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                error = exc
+        assert error is not None  # checked_addresses never returns an empty list
+        raise error
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None
+    ) -> httpcore.NetworkStream:
+        raise httpcore.ConnectError("unix sockets are not allowed for page fetches")
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def checked_transport(
+    *, allow_private: bool = False, resolve: Resolver = resolve_host, verify: ssl.SSLContext | None = None
+) -> httpx.HTTPTransport:
+    """An ``httpx.HTTPTransport`` whose connections go only to addresses resolved and checked at connect time.
+
+    Use it as ``httpx.Client(transport=checked_transport())``. ``verify`` is the TLS context that checks
+    server certificates; default ``httpx.create_ssl_context()`` (certifi's bundle, as httpx does). A refused
+    connection raises ``FetchError`` out of the request.
+    """
+    transport = httpx.HTTPTransport()
+    # httpx has no public hook for the network backend; its pool is rebuilt with ours (httpx's defaults).
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=verify or httpx.create_ssl_context(),
+        max_connections=httpx.Limits().max_connections,
+        max_keepalive_connections=httpx.Limits().max_keepalive_connections,
+        keepalive_expiry=httpx.Limits().keepalive_expiry,
+        network_backend=_CheckedNetworkBackend(allow_private=allow_private, resolve=resolve),
+    )
+    return transport
 
 
 def fetch_page(
@@ -164,6 +240,8 @@ def fetch_page(
                     current = str(response.url.join(response.headers["location"]))
                     continue
                 return _read_response(response, current, limits, deadline)
+        except FetchError as exc:  # refused by the transport at connect time: name the URL, not the host
+            raise FetchError(exc.kind, current, exc.detail) from None
         except httpx.TimeoutException as exc:
             raise FetchError("timeout", current, f"{type(exc).__name__} after the limits {limits}") from None
         except (httpx.TransportError, httpx.InvalidURL) as exc:

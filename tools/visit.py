@@ -36,7 +36,15 @@ import httpx
 
 from venus_edge.tools.base import TextCompleter, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import URL_SCHEME, Corpus, DocumentNotFoundError, UnreadableDocumentError
-from venus_edge.tools.fetch import DEFAULT_USER_AGENT, FetchError, FetchLimits, Resolver, fetch_page, resolve_host
+from venus_edge.tools.fetch import (
+    DEFAULT_USER_AGENT,
+    FetchError,
+    FetchLimits,
+    Resolver,
+    checked_transport,
+    fetch_page,
+    resolve_host,
+)
 from venus_edge.tools.passages import (
     approx_tokens,
     extract_passages,
@@ -115,7 +123,8 @@ class VisitTool:
     Args:
         corpora (`Sequence[Corpus]`): local corpora whose ``corpus://{name}/...`` URLs can be visited.
         http_client (`httpx.Client`, optional): used for http(s) URLs; redirects are followed by the tool, not the
-            client. Default: a client created on first use and closed by ``close()``.
+            client. Default: a client on ``fetch.checked_transport`` (addresses checked again at connect time),
+            created on first use and closed by ``close()``.
         completer (`TextCompleter`, optional): the local model that writes evidence and summary; extractive
             output without it.
         limits (`FetchLimits`): time, size and redirect limits of a fetch.
@@ -248,7 +257,8 @@ class VisitTool:
     def _http(self) -> httpx.Client:
         with self._client_lock:  # reads run in threads; one client (and connection pool) for all
             if self._client is None:
-                self._client = httpx.Client(headers={"User-Agent": DEFAULT_USER_AGENT})
+                transport = checked_transport(allow_private=self.allow_private, resolve=self.resolve)
+                self._client = httpx.Client(headers={"User-Agent": DEFAULT_USER_AGENT}, transport=transport)
             return self._client
 
     # ---- evidence and summary --------------------------------------------------------------------------

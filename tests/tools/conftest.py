@@ -4,6 +4,8 @@ a corpus index built once per session, and a scripted completer standing in for 
 from __future__ import annotations
 
 import shutil
+import ssl
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -237,13 +239,20 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class LocalServer:
-    """The fixture HTTP server on 127.0.0.1 in a thread; ``stop()`` shuts it down and frees the port."""
+    """The fixture HTTP server on 127.0.0.1 in a thread; ``stop()`` shuts it down and frees the port.
 
-    def __init__(self, docs_root: Path) -> None:
+    With ``tls`` (an ``ssl.SSLContext`` holding the server certificate) it serves HTTPS instead.
+    """
+
+    def __init__(self, docs_root: Path, tls: ssl.SSLContext | None = None) -> None:
         handler = type("Handler", (_Handler,), {"docs_root": docs_root})
         self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.port = self._server.server_address[1]
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self.running = True
@@ -282,3 +291,22 @@ def scripted_completer() -> type[ScriptedCompleter]:
 def pdf_samples() -> dict[str, bytes]:
     """PDF bytes: ``report`` (two pages, text), ``scan`` (a page without text), ``broken`` (truncated)."""
     return {"report": REPORT_PDF, "scan": build_pdf([[]]), "broken": b"%PDF-1.4\n1 0 obj\n<< /Type /Cat"}
+
+
+@pytest.fixture
+def tls_server(docs_root: Path, tmp_path: Path) -> Iterator[tuple[LocalServer, ssl.SSLContext]]:
+    """An HTTPS server on 127.0.0.1 whose self-signed certificate names only ``docs.example``, and a client TLS
+    context that trusts that certificate. Needs the ``openssl`` command."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=docs.example",
+         "-addext", "subjectAltName=DNS:docs.example", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    server = LocalServer(docs_root, tls=server_context)
+    yield server, ssl.create_default_context(cafile=str(cert))
+    server.stop()

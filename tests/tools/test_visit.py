@@ -4,13 +4,15 @@ completer's repair, retry and fallback. HTTP goes to a real server on 127.0.0.1 
 from __future__ import annotations
 
 import json
+import ssl
+from typing import Any
 
 import httpx
 import pytest
 
 from venus_edge.tools import ToolRegistry
 from venus_edge.tools.corpus import Corpus
-from venus_edge.tools.fetch import FetchLimits
+from venus_edge.tools.fetch import FetchLimits, checked_transport
 from venus_edge.tools.visit import VisitTool, format_visit_section, parse_extraction
 
 VISIT_SCHEMA_TEXT = (
@@ -263,6 +265,45 @@ def test_hostnames_judged_by_their_resolved_addresses() -> None:
     assert ok.visited_urls == ("http://public.test/",) and "Hello from a public host." in ok.text
     assert [f.kind for f in refused.failures] == ["refused_address"]
     assert [f.kind for f in unknown.failures] == ["unreachable"]
+
+
+def test_connections_go_to_the_address_the_resolver_checked(local_server: Any) -> None:
+    """A name only our resolver knows is fetched: the connection used the checked address, not system DNS."""
+    url = f"http://docs.example:{local_server.port}/docs/library/tomllib.html"
+    with VisitTool(limits=FAST, allow_private=True, resolve=lambda host, port: ["127.0.0.1"]) as tool:
+        result = tool({"url": url, "goal": "When was tomllib added?"})
+    assert result.failures == () and result.visited_urls == (url,) and "3.11" in result.text
+
+
+def test_dns_rebinding_is_refused_at_connect(local_server: Any) -> None:
+    """Public for the check, loopback for the connection: the second answer is checked too, and refused."""
+    answers = [["93.184.216.34"], ["127.0.0.1"]]
+    asked: list[str] = []
+
+    def rebinding(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return answers[min(len(asked), len(answers)) - 1]
+
+    url = f"http://rebind.example:{local_server.port}/docs/library/tomllib.html"
+    with VisitTool(limits=FAST, resolve=rebinding) as tool:
+        result = tool({"url": url, "goal": "g"})
+    assert asked == ["rebind.example", "rebind.example"], "checked per hop, then again at connect"
+    assert [f.kind for f in result.failures] == ["refused_address"] and "127.0.0.1" in result.failures[0].detail
+    assert result.failures[0].target == url and result.visited_urls == ()
+
+
+def test_tls_verifies_the_host_name_while_connecting_to_the_checked_address(
+    tls_server: tuple[Any, ssl.SSLContext],
+) -> None:
+    server, trust = tls_server
+    transport = checked_transport(allow_private=True, resolve=lambda host, port: ["127.0.0.1"], verify=trust)
+    with httpx.Client(transport=transport) as client:
+        tool = VisitTool(http_client=client, limits=FAST, allow_private=True)
+        good = tool({"url": f"https://docs.example:{server.port}/docs/library/tomllib.html", "goal": "tomllib"})
+        wrong_name = tool({"url": f"https://other.example:{server.port}/docs/library/tomllib.html", "goal": "x"})
+    assert good.failures == () and "3.11" in good.text
+    assert [f.kind for f in wrong_name.failures] == ["unreachable"], wrong_name.failures
+    assert "CERTIFICATE_VERIFY_FAILED" in wrong_name.failures[0].detail
 
 
 def test_registry_validates_visit_arguments(subset_corpus: Corpus) -> None:
