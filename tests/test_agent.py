@@ -3,6 +3,7 @@ real corpus tools. A real model runs the same loop in tests/test_research.py."""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -11,12 +12,16 @@ import pytest
 
 from venus_edge import protocol
 from venus_edge.agent import Agent, AgentConfig
+from venus_edge.cli import _Progress
 from venus_edge.engine import Completion, GenerationStats, SamplingParams
 from venus_edge.errors import ContextOverflowError
-from venus_edge.events import ErrorRaised, LimitReached, ToolReturned, TurnRetried
+from venus_edge.events import ErrorRaised, LimitReached, ToolAttempted, ToolCalled, ToolReturned, TurnRetried
 from venus_edge.toolbox import default_tools
 from venus_edge.tools.base import ToolResult
-from venus_edge.trajectory import read_trajectories
+from venus_edge.tools.corpus import Hit
+from venus_edge.tools.search import SearchTool
+from venus_edge.tools.web_search import SearchAttempt
+from venus_edge.trajectory import TrajectoryWriter, read_trajectories
 
 TOMLLIB = "corpus://pydocs/library/tomllib.html"
 
@@ -98,6 +103,8 @@ def test_search_visit_answer_with_sources_and_journal(tools, tmp_path):
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     assert trajectory.messages == result.messages and trajectory.termination == "answered"
     assert [t["tool_call"]["name"] for t in trajectory.turns[:2]] == ["search", "visit"]
+    assert not any(isinstance(e, ToolAttempted) for e in events), "the corpus answers first time: no attempts"
+    assert [t["tool_attempts"] for t in trajectory.turns] == [[], [], []]
 
 
 def test_malformed_turn_is_retried_then_answered_with_the_format_notice(tools):
@@ -217,3 +224,64 @@ def test_tool_results_events_report_failures(tools):
     _, events, _ = run([call("visit", url=["corpus://pydocs/nope.html"], goal="x"), answer("x")], tools)
     [returned] = [e for e in events if isinstance(e, ToolReturned)]
     assert returned.visited_urls == [] and returned.failures[0]["kind"] == "not_found"
+
+
+class ThrottledWebBackend:
+    """A search backend that logs its tries as ``DdgsSearchBackend`` does: in round 0 DuckDuckGo and Brave
+    answer HTTP 429, then after a 2.5 s back-off DuckDuckGo answers (the real backend is tested in
+    tests/tools/test_web_search.py)."""
+
+    def __init__(self) -> None:
+        self.attempts: list[SearchAttempt] = []
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        self.attempts += [
+            SearchAttempt(query, "duckduckgo", "rate_limited", "duckduckgo answered HTTP 429 (rate limited)"),
+            SearchAttempt(query, "brave", "rate_limited", "brave answered HTTP 429 (rate limited)"),
+            SearchAttempt(query, "duckduckgo", "ok", "1 result(s)", waited_s=2.5),
+        ]
+        return [Hit("tomllib", TOMLLIB, "New in version 3.11.")]
+
+
+def test_backend_attempts_are_events_before_the_result_and_in_the_journal(tmp_path):
+    """Each backend attempt of a search is a ToolAttempted event between ToolCalled and ToolReturned, in order,
+    is written into the turn's journal record, and the CLI shows the throttled ones and the wait."""
+    result, events, _ = run([call("search", query=["tomllib added"]), answer("3.11")],
+                            [SearchTool(ThrottledWebBackend())], tmp_path)
+    assert result.answer == "3.11"
+    kinds = [type(e).__name__ for e in events if isinstance(e, (ToolCalled, ToolAttempted, ToolReturned))]
+    assert kinds == ["ToolCalled", "ToolAttempted", "ToolAttempted", "ToolAttempted", "ToolReturned"], kinds
+    attempted = [e for e in events if isinstance(e, ToolAttempted)]
+    assert [(e.turn, e.name, e.backend, e.target, e.outcome, e.waited_s) for e in attempted] == [
+        (0, "search", "duckduckgo", "tomllib added", "rate_limited", 0.0),
+        (0, "search", "brave", "tomllib added", "rate_limited", 0.0),
+        (0, "search", "duckduckgo", "tomllib added", "ok", 2.5),
+    ]
+    assert attempted[0].to_dict() == {
+        "type": "tool_attempt", "turn": 0, "name": "search", "backend": "duckduckgo", "target": "tomllib added",
+        "outcome": "rate_limited", "detail": "duckduckgo answered HTTP 429 (rate limited)", "waited_s": 0.0,
+    }
+
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    recorded = [{k: v for k, v in e.to_dict().items() if k not in ("type", "turn", "name")} for e in attempted]
+    assert [t["tool_attempts"] for t in trajectory.turns] == [recorded, []]
+
+    out = io.StringIO()
+    progress = _Progress(out, quiet=False)
+    for event in events:
+        progress.show(event)
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("  search: ")]
+    assert lines == [
+        "  search: duckduckgo rate_limited (duckduckgo answered HTTP 429 (rate limited))",
+        "  search: brave rate_limited (brave answered HTTP 429 (rate limited))",
+        "  search: duckduckgo ok (1 result(s)), waited 2.5 s",
+    ], out.getvalue()
+
+
+def test_journal_turns_without_tool_attempts_read_back_empty(tmp_path):
+    """A journal written before ``tool_attempts`` existed reads back with an empty list on every turn."""
+    writer = TrajectoryWriter(tmp_path / "old.jsonl", "s1")
+    writer.start(question="q", system_prompt="sys")
+    writer.turn(turn=0, content="c", observation="o", tool_failures=[])
+    [trajectory] = read_trajectories(tmp_path / "old.jsonl")
+    assert trajectory.turns[0]["tool_attempts"] == [] and trajectory.termination == "incomplete"

@@ -6,6 +6,7 @@ from venus_edge.tools.base import (
     TextCompleter,
     Tool,
     ToolArgumentError,
+    ToolAttempt,
     ToolFailure,
     ToolRegistry,
     ToolResult,
@@ -16,7 +17,7 @@ from venus_edge.tools.corpus import Corpus, CorpusError, Document, DocumentNotFo
 from venus_edge.tools.fetch import FetchError, FetchLimits
 from venus_edge.tools.pdf import PdfError
 from venus_edge.tools.replay import RecordingTool, ReplayTool, ToolCache
-from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBackend, SearchTool
+from venus_edge.tools.search import SEARCH_SCHEMA, BackendAttempt, CorpusSearchBackend, SearchBackend, SearchTool
 from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
 from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, WebSearchError
 
@@ -24,6 +25,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "SEARCH_SCHEMA",
     "VISIT_SCHEMA",
+    "BackendAttempt",
     "Corpus",
     "CorpusError",
     "CorpusSearchBackend",
@@ -43,6 +45,7 @@ __all__ = [
     "TextCompleter",
     "Tool",
     "ToolArgumentError",
+    "ToolAttempt",
     "ToolCache",
     "ToolFailure",
     "ToolRegistry",

@@ -3,7 +3,8 @@
 A tool is a name, a JSON schema (the exact object written into the system prompt's ``<tools>`` block) and one
 call that returns observation text. A tool never raises into the agent loop for anything the model or the web
 did wrong: those become observation text (``ToolResult.text``) and a typed ``ToolFailure``. Only misuse by the
-program (bad construction, closed resources) raises.
+program (bad construction, closed resources) raises. What a backend went through to answer (engines that were
+rate limited, fallbacks, back-off sleeps) comes back as ``ToolAttempt``s, which the loop reports as events.
 
 Third-party tools register under the ``venus_edge.tools`` entry-point group; ``load_entry_point_tools`` finds
 them. Arrows run one way: this package never imports the runtime (``venus_edge.engine``, ``venus_edge.agent``);
@@ -41,6 +42,34 @@ class ToolFailure:
 
 
 @dataclass(frozen=True)
+class ToolAttempt:
+    """One try of a tool's backend (a search engine, say) that the agent loop reports as an event.
+
+    Attributes:
+        backend: what was tried, e.g. the search engine ``duckduckgo``.
+        target: the URL or query tried.
+        outcome: ``ok``, ``empty`` (answered, nothing found), ``rate_limited``, ``timeout`` or ``error``.
+        detail: a human-readable sentence (the error text, or the number of results).
+        waited_s: seconds slept (back-off) just before this attempt; 0.0 when it followed at once.
+    """
+
+    backend: str
+    target: str
+    outcome: str
+    detail: str
+    waited_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "target": self.target,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "waited_s": self.waited_s,
+        }
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """What one tool call returns.
 
@@ -48,11 +77,14 @@ class ToolResult:
         text: the observation exactly as the model will see it inside ``<tool_response>``.
         visited_urls: URLs whose content was actually read (the citation registry is built from these).
         failures: typed failures met during the call (empty when everything worked).
+        attempts: backend attempts that did not simply succeed first time: fallbacks, rate limits, back-off
+            waits, in the order they were made (empty when every backend answered on its first try).
     """
 
     text: str
     visited_urls: tuple[str, ...] = ()
     failures: tuple[ToolFailure, ...] = field(default_factory=tuple)
+    attempts: tuple[ToolAttempt, ...] = ()
 
 
 @runtime_checkable

@@ -8,6 +8,11 @@ The observation is ``json.dumps([{"query": q, "web_page_info_list": [{"title", "
 ensure_ascii=False)``, one object per query, top 10 results each. A query whose backend fails is shown with an
 empty ``web_page_info_list`` (the shape the SFT cleaning gives a failed search) and reported as a
 ``backend_error`` ``ToolFailure``; the tool never raises into the loop for it.
+
+A backend that retries (the web backend falls back between engines and backs off when they rate-limit) may keep
+an append-only ``attempts`` list of ``BackendAttempt``s. ``SearchTool`` reports the entries one query added as
+``ToolResult.attempts`` when the query needed more than one attempt or any attempt was not ``ok``; a clean
+first-try answer, a cached query and a backend without the list add nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from venus_edge.tools.base import ToolFailure, ToolResult, as_list
+from venus_edge.tools.base import ToolAttempt, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import Corpus, Hit
 
 DEFAULT_TOP_K = 10
@@ -52,6 +57,20 @@ class SearchBackend(Protocol):
     def search(self, query: str, k: int) -> list[Hit]: ...
 
 
+@runtime_checkable
+class BackendAttempt(Protocol):
+    """One try logged by a backend in its optional ``attempts`` list (``web_search.SearchAttempt`` is one).
+
+    ``engine`` names what was tried, ``outcome`` is ``ok``, ``empty``, ``rate_limited``, ``timeout`` or ``error``,
+    ``detail`` is a sentence, ``waited_s`` the back-off in seconds slept just before this try.
+    """
+
+    engine: str
+    outcome: str
+    detail: str
+    waited_s: float
+
+
 class CorpusSearchBackend:
     """A ``SearchBackend`` over a local ``Corpus`` (BM25); URLs are ``corpus://`` URLs that ``visit`` reads."""
 
@@ -81,21 +100,39 @@ class SearchTool:
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
         """Run every query of ``arguments["query"]`` (a list, or a bare string) and return the JSON observation."""
-        blocks, failures = [], []
+        blocks, failures, attempts = [], [], []
         for query in as_list(arguments.get("query", [])):
             query = str(query)
-            hits, failure = self._search_one(query)
+            hits, failure, tried = self._search_one(query)
             blocks.append({"query": query, "web_page_info_list": [hit.to_dict() for hit in hits]})
             if failure is not None:
                 failures.append(failure)
-        return ToolResult(text=format_search_observation(blocks), failures=tuple(failures))
+            attempts.extend(tried)
+        return ToolResult(
+            text=format_search_observation(blocks), failures=tuple(failures), attempts=tuple(attempts)
+        )
 
-    def _search_one(self, query: str) -> tuple[Sequence[Hit], ToolFailure | None]:
+    def _search_one(self, query: str) -> tuple[Sequence[Hit], ToolFailure | None, list[ToolAttempt]]:
+        log = getattr(self.backend, "attempts", None)
+        log = log if isinstance(log, list) else []
+        seen = len(log)
         try:
-            return list(self.backend.search(query, self.top_k))[: self.top_k], None
+            hits, failure = list(self.backend.search(query, self.top_k))[: self.top_k], None
         except Exception as exc:  # any backend fault is the web's, not ours: shown to the model, never raised
             detail = f"search backend {type(self.backend).__name__} failed: {type(exc).__name__}: {exc}"
-            return [], ToolFailure("backend_error", query, detail)
+            hits, failure = [], ToolFailure("backend_error", query, detail)
+        return hits, failure, _notable_attempts(query, log[seen:])
+
+
+def _notable_attempts(query: str, tried: Sequence[BackendAttempt]) -> list[ToolAttempt]:
+    """The attempts of one query as ``ToolAttempt``s, or none when the first try simply succeeded.
+
+    A lone ``ok`` attempt is the normal case and would only add noise to every search event; anything else
+    (a fallback, a rate limit, a wait, an empty or failed answer) is worth showing.
+    """
+    if len(tried) <= 1 and all(a.outcome == "ok" for a in tried):
+        return []
+    return [ToolAttempt(a.engine, query, a.outcome, a.detail, float(a.waited_s)) for a in tried]
 
 
 def format_search_observation(blocks: list[dict[str, Any]]) -> str:

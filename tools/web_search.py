@@ -16,6 +16,11 @@ For one query::
              min(max_backoff_s, base_backoff_s * 2**(r-1)) scaled by a jitter in [0.5, 1), then try all again
     after max_rounds rounds without results    -> WebSearchError (SearchTool shows an empty result list)
 
+Every engine tried is logged in ``DdgsSearchBackend.attempts`` (a ``SearchAttempt``: engine, outcome, detail, and
+the back-off slept before it, on the first attempt of a round after a sleep). ``SearchTool`` turns the attempts
+of one query into ``ToolAttempt``s when the query needed more than a clean first try, and the agent loop reports
+them as ``ToolAttempted`` events.
+
 An engine that answers with no results is not a failure: when, in a round, no engine has results, none was
 throttled or timed out, and at least one answered, the query has no results (an empty list, cached as such). Queries holding Chinese ideographs (U+4E00..U+9FFF) are searched in region
 ``cn-zh``, others in ``us-en``, as the reference tool does (DR-Venus ``Inference/tool_server/tool_search.py``
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from venus_edge.tools.corpus import Hit
@@ -53,12 +58,15 @@ class SearchAttempt:
         engine: the ddgs engine name (``duckduckgo``, ``brave``, ...).
         outcome: ``ok`` (results), ``empty`` (answered, no results), ``rate_limited``, ``timeout`` or ``error``.
         detail: the exception text for a failure, else the number of results.
+        waited_s: seconds of back-off slept just before this attempt; only the first attempt of a round after a
+            sleep carries it, every other attempt has 0.0.
     """
 
     query: str
     engine: str
     outcome: str
     detail: str
+    waited_s: float = 0.0
 
 
 def region_for(query: str) -> str:
@@ -81,7 +89,8 @@ class DdgsSearchBackend:
         rng (`random.Random`, optional): source of the jitter; default a fresh unseeded ``random.Random``.
 
     Attributes:
-        attempts: every engine tried in this session, in order (``SearchAttempt``), for events and tests.
+        attempts: every engine tried in this session, in order (``SearchAttempt``), append-only; ``SearchTool``
+            reads the entries one query added and reports them as ``ToolAttempt``s.
     """
 
     def __init__(
@@ -140,10 +149,15 @@ class DdgsSearchBackend:
     def _search_uncached(self, query: str, region: str) -> list[Hit]:
         last: dict[str, SearchAttempt] = {}
         for round_index in range(self.max_rounds):
+            waited_s = 0.0
             if round_index:
-                self.sleep(self.backoff_s(round_index))
+                waited_s = self.backoff_s(round_index)
+                self.sleep(waited_s)
             for name in self._engine_order():
                 hits, attempt = self._try_engine(name, query, region)
+                if waited_s:  # the sleep delayed only the round's first attempt; the others followed at once
+                    attempt = replace(attempt, waited_s=waited_s)
+                    waited_s = 0.0
                 self.attempts.append(attempt)
                 last[name] = attempt
                 if hits:

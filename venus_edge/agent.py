@@ -41,6 +41,7 @@ from venus_edge.events import (
     SessionFinished,
     SessionStarted,
     TextDelta,
+    ToolAttempted,
     ToolCalled,
     ToolReturned,
     TurnCompleted,
@@ -355,6 +356,8 @@ class _Session:
         self.totals["tool_s"] += elapsed
         for url in result.visited_urls:
             self.visited.setdefault(url, None)
+        for a in result.attempts:
+            yield ToolAttempted(step, call.name, a.backend, a.target, a.outcome, a.detail, a.waited_s)
         yield ToolReturned(step, call.name, len(result.text), list(result.visited_urls),
                            [f.to_dict() for f in result.failures], round(elapsed, 3))
         return result
@@ -370,6 +373,7 @@ class _Session:
                 finish_reason=completion.finish_reason, attempts=attempt.attempts, format_errors=errors,
                 tool_call=parsed.tool_call.to_dict() if parsed.tool_call else None, observation=observation,
                 visited_urls=list(result.visited_urls), tool_failures=[f.to_dict() for f in result.failures],
+                tool_attempts=[a.to_dict() for a in result.attempts],
                 replaces_last_observation=self.pending_notice, stats=stats,
             )
         yield TurnCompleted(step, parsed.kind, parsed.content, errors, stats)

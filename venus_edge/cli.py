@@ -22,6 +22,7 @@ from venus_edge.events import (
     LimitReached,
     SessionFinished,
     SessionStarted,
+    ToolAttempted,
     ToolCalled,
     ToolReturned,
     TurnCompleted,
@@ -165,6 +166,11 @@ class _Progress:
             return f"  retry ({event.reason}): {event.detail[:120]}"
         if isinstance(event, ToolCalled):
             return f"  {event.name} {json.dumps(event.arguments, ensure_ascii=False)[:160]}"
+        if isinstance(event, ToolAttempted):
+            if event.outcome == "ok" and not event.waited_s:
+                return None  # only trouble and waits get a line; the call's result line follows
+            waited = f", waited {event.waited_s:.1f} s" if event.waited_s else ""
+            return f"  {event.name}: {event.backend} {event.outcome} ({event.detail[:120]}){waited}"
         if isinstance(event, ToolReturned):
             failed = f", {len(event.failures)} failed" if event.failures else ""
             return f"  -> {event.observation_chars:,} chars in {event.elapsed_s:.1f} s, {len(event.visited_urls)} read{failed}"

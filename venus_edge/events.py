@@ -80,6 +80,26 @@ class ToolCalled(Event):
 
 
 @dataclass(frozen=True)
+class ToolAttempted(Event):
+    """One backend attempt of a tool call that did not simply succeed first time (``ToolResult.attempts``).
+
+    Tools are synchronous calls, so these are reported when the call ends, not live: after the tool returns,
+    one per attempt in order, before the call's ``ToolReturned``. ``backend`` is what was tried (a search
+    engine such as ``duckduckgo``), ``target`` the query or URL, ``outcome`` one of ``ok``, ``empty``,
+    ``rate_limited``, ``timeout``, ``error``; ``waited_s`` is the back-off in seconds slept just before it.
+    """
+
+    type: ClassVar[str] = "tool_attempt"
+    turn: int
+    name: str
+    backend: str
+    target: str
+    outcome: str
+    detail: str
+    waited_s: float
+
+
+@dataclass(frozen=True)
 class ToolReturned(Event):
     """A tool finished; ``failures`` are typed tool failures (refused address, timeout, ...)."""
 

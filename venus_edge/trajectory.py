@@ -8,7 +8,7 @@ flushed and fsync'ed after each, so a killed process loses at most the turn in f
     {"record": "turn", "session_id": ..., "turn": 0, "content": "<think>\\n...", "token_ids": [...],
      "finish_reason": "eog", "attempts": 1, "format_errors": [...], "tool_call": {"name":..., "arguments":...},
      "observation": "<tool_response>\\n...\\n</tool_response>", "visited_urls": [...], "tool_failures": [...],
-     "stats": {...}}
+     "tool_attempts": [...], "stats": {...}}
     ...
     {"record": "end", "session_id": ..., "termination": "answered", "answer": ..., "sources": [...],
      "messages": [{"role": ..., "content": ...}, ...], "elapsed_s": ..., "totals": {...}}
@@ -16,6 +16,9 @@ flushed and fsync'ed after each, so a killed process loses at most the turn in f
 ``messages`` in the end record is the exact conversation the model saw (system, question, then assistant turns
 and ``<tool_response>`` user messages), ready for the protocol renderer. A session without an end record (a
 killed run) is read back with ``termination == "incomplete"`` and messages rebuilt from its turn records.
+
+``tool_attempts`` lists the tool's backend attempts that did not simply succeed first time (``ToolAttempt.to_dict``:
+rate limits, fallbacks, back-off waits). Journals written before it existed read back with ``[]``.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
                 raise TrajectoryError(path, number, f"schema_version {record.get('schema_version')} is not {SCHEMA_VERSION}")
             session["start"] = record
         elif kind == "turn":
+            record.setdefault("tool_attempts", [])  # absent from journals written before it was recorded
             session["turns"].append(record)
         else:
             session["end"] = record

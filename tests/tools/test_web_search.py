@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("ddgs", reason="the web extra is not installed: pip install 'venus-edge[web]'")
 
-from venus_edge.tools.search import SearchTool  # noqa: E402
-from venus_edge.tools.web_search import DdgsSearchBackend, WebSearchError, region_for  # noqa: E402
+from venus_edge.tools.base import ToolAttempt  # noqa: E402
+from venus_edge.tools.search import BackendAttempt, SearchTool  # noqa: E402
+from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, WebSearchError, region_for  # noqa: E402
 
 DDG_HOST, BRAVE_HOST, MOJEEK_HOST = "html.duckduckgo.com", "search.brave.com", "www.mojeek.com"
 
@@ -251,3 +252,53 @@ def test_configuration_errors_name_the_choices(web: FakeWeb) -> None:
     with pytest.raises(ValueError, match="max_rounds"):
         DdgsSearchBackend(max_rounds=0)
     assert json.loads(SearchTool(backend(engines=("altavista",)))({"query": "q"}).text)[0]["web_page_info_list"] == []
+
+
+def test_search_tool_reports_fallbacks_as_tool_attempts(web: FakeWeb) -> None:
+    """A throttled engine and the fallback that answered come back as ToolAttempts; clean or cached queries add none."""
+    web.serve(DDG_HOST, (429, "<html>slow down</html>"))
+    web.serve(BRAVE_HOST, (200, brave_page(PICKLE)))
+    tool = SearchTool(backend())
+    result = tool({"query": ["pickle"]})
+    assert result.attempts == (
+        ToolAttempt("duckduckgo", "pickle", "rate_limited", "duckduckgo answered HTTP 429 (rate limited)", 0.0),
+        ToolAttempt("brave", "pickle", "ok", "1 result(s)", 0.0),
+    ), result.attempts
+    assert result.failures == ()
+    again = tool({"query": ["pickle", "pickle protocols"]})  # cached, then a first-try answer from brave
+    assert again.attempts == () and len(web.requests) == 3, (again.attempts, web.hosts())
+    assert isinstance(SearchAttempt("q", "brave", "ok", "1 result(s)"), BackendAttempt)
+
+
+def test_backoff_wait_is_carried_by_the_first_attempt_after_the_sleep(web: FakeWeb) -> None:
+    """Every engine throttled in round 0, DuckDuckGo answers in round 1: the sleep is on round 1's first attempt."""
+    web.serve(DDG_HOST, (429, ""), (200, ddg_page(TOML)))
+    web.serve(BRAVE_HOST, (429, ""))
+    web.serve(MOJEEK_HOST, (403, ""))
+    b = backend(base_backoff_s=1.0, max_backoff_s=8.0)
+    result = SearchTool(b)({"query": ["toml"]})
+    [slept] = b.sleep.delays
+    assert [(a.backend, a.outcome, a.waited_s) for a in result.attempts] == [
+        ("duckduckgo", "rate_limited", 0.0),
+        ("brave", "rate_limited", 0.0),
+        ("mojeek", "rate_limited", 0.0),
+        ("duckduckgo", "ok", slept),
+    ], (result.attempts, slept)
+    assert 0.5 <= slept < 1.0 and {a.target for a in result.attempts} == {"toml"}
+    assert [a.waited_s for a in b.attempts] == [0.0, 0.0, 0.0, slept]
+
+
+def test_a_failed_search_still_reports_its_attempts(web: FakeWeb) -> None:
+    """When every round fails, the attempts (with each wait) come back next to the backend_error failure."""
+    for host in (DDG_HOST, BRAVE_HOST):
+        web.serve(host, (429, ""))
+    b = backend(engines=("duckduckgo", "brave"), max_rounds=2)
+    result = SearchTool(b)({"query": "q"})
+    assert [f.kind for f in result.failures] == ["backend_error"]
+    throttled = [("duckduckgo", "rate_limited"), ("brave", "rate_limited")]
+    assert [(a.backend, a.outcome) for a in result.attempts] == throttled * 2
+    assert [a.waited_s for a in result.attempts] == [0.0, 0.0, b.sleep.delays[0], 0.0]
+    assert result.attempts[0].to_dict() == {
+        "backend": "duckduckgo", "target": "q", "outcome": "rate_limited",
+        "detail": "duckduckgo answered HTTP 429 (rate limited)", "waited_s": 0.0,
+    }
