@@ -5,63 +5,27 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 
 from venus_edge import protocol
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import _Progress
-from venus_edge.engine import Completion, GenerationStats, SamplingParams
 from venus_edge.errors import ContextOverflowError
 from venus_edge.events import ErrorRaised, LimitReached, ToolAttempted, ToolCalled, ToolReturned, TurnRetried
 from venus_edge.toolbox import default_tools
 from venus_edge.tools.base import ToolResult
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import SearchTool
+from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
 from venus_edge.tools.web_search import SearchAttempt
 from venus_edge.trajectory import TrajectoryWriter, read_trajectories
 
 TOMLLIB = "corpus://pydocs/library/tomllib.html"
 
 
-def call(name: str, **arguments: Any) -> str:
-    return f"Let me use {name}.\n</think>\n\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-def answer(text: str) -> str:
-    return f"I know enough.\n</think>\n\n<answer>\n{text}\n</answer>"
-
-
-@dataclass
-class ScriptedEngine:
-    """An ``Engine`` that returns canned turns in order; one token per character."""
-
-    turns: list[Any]
-    n_ctx: int = 100_000
-    prompts: list[str] = field(default_factory=list)
-    grammars: list[str | None] = field(default_factory=list)
-
-    def tokenize(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-    def detokenize(self, token_ids: Sequence[int]) -> str:
-        return "".join(map(chr, token_ids))
-
-    def generate(self, prompt_ids, *, sampling: SamplingParams, stop=(), grammar=None, on_text=None, seed=None) -> Completion:
-        self.prompts.append(self.detokenize(prompt_ids))
-        self.grammars.append(grammar)
-        turn = self.turns.pop(0)
-        if isinstance(turn, BaseException):
-            raise turn
-        if on_text:
-            on_text(turn)
-        stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(turn) + 1, 0.01, 0.01)
-        return Completion(turn, self.tokenize(turn), "eog", None, stats)
-
-    def model_info(self) -> dict[str, Any]:
-        return {"name": "scripted", "n_ctx": self.n_ctx}
+call, answer = tool_call_turn, answer_turn
 
 
 @pytest.fixture()

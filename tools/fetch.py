@@ -3,7 +3,8 @@
 Every hop of a redirect chain is checked before it is requested: only ``http``/``https``; the host is
 resolved and refused when any of its addresses is not globally routable (loopback, private, link-local, which
 includes the cloud metadata address 169.254.169.254, carrier-grade NAT, multicast, reserved), unless
-``allow_private=True``.
+``allow_private=True`` (every address allowed) or the address lies in one of ``allowed_networks`` (CIDR strings
+such as ``"127.0.0.1/32"`` or ``"10.20.0.0/16"``: an intranet, or the tests' server on loopback).
 
 The check is made again where it counts, when the connection opens: ``checked_transport`` is an httpx transport
 whose httpcore network backend resolves the host with the same resolver, applies the same policy and connects
@@ -36,7 +37,7 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 import httpcore
@@ -112,6 +113,18 @@ def resolve_host(host: str, port: int) -> list[str]:
     return sorted({info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
 
 
+def is_allowed_address(address: str, allowed_networks: Sequence[str] = ()) -> bool:
+    """True for a public address (``is_public_address``) or one inside any of the ``allowed_networks`` (CIDR).
+
+    Raises:
+        ValueError: an entry of ``allowed_networks`` that is not a network (``ipaddress.ip_network`` rules).
+    """
+    if is_public_address(address):
+        return True
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    return any(ip in ipaddress.ip_network(network, strict=False) for network in allowed_networks)
+
+
 def is_public_address(address: str) -> bool:
     """True for a globally routable unicast address (IPv4-mapped IPv6 judged by its IPv4 part)."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
@@ -120,7 +133,9 @@ def is_public_address(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def check_url(url: str, *, allow_private: bool, resolve: Resolver = resolve_host) -> None:
+def check_url(
+    url: str, *, allow_private: bool, resolve: Resolver = resolve_host, allowed_networks: Sequence[str] = ()
+) -> None:
     """Refuse a URL before requesting it (scheme, then every resolved address).
 
     Raises:
@@ -137,11 +152,19 @@ def check_url(url: str, *, allow_private: bool, resolve: Resolver = resolve_host
     if not host:
         raise FetchError("unreachable", url, "the URL has no host")
     if not allow_private:
-        checked_addresses(host, port, allow_private=False, resolve=resolve, url=url)
+        checked_addresses(host, port, allow_private=False, resolve=resolve, url=url, allowed_networks=allowed_networks)
 
 
-def checked_addresses(host: str, port: int, *, allow_private: bool, resolve: Resolver, url: str = "") -> list[str]:
-    """The addresses of ``host``, all of them public unless ``allow_private``.
+def checked_addresses(
+    host: str,
+    port: int,
+    *,
+    allow_private: bool,
+    resolve: Resolver,
+    url: str = "",
+    allowed_networks: Sequence[str] = (),
+) -> list[str]:
+    """The addresses of ``host``, all of them public or in ``allowed_networks`` unless ``allow_private``.
 
     Raises:
         FetchError: ``unreachable`` when the host does not resolve, ``refused_address`` when an address is not
@@ -152,7 +175,7 @@ def checked_addresses(host: str, port: int, *, allow_private: bool, resolve: Res
         addresses = resolve(host, port)
     except OSError as exc:
         raise FetchError("unreachable", url, f"cannot resolve host {host!r}: {exc}") from None
-    refused = [address for address in addresses if not is_public_address(address)]
+    refused = [address for address in addresses if not is_allowed_address(address, allowed_networks)]
     if not addresses or (refused and not allow_private):
         raise FetchError(
             "refused_address", url, f"host {host!r} resolves to non-public address(es) {', '.join(refused)}"
@@ -163,9 +186,10 @@ def checked_addresses(host: str, port: int, *, allow_private: bool, resolve: Res
 class _CheckedNetworkBackend(httpcore.NetworkBackend):
     """An httpcore network backend that resolves, checks, then connects to exactly the checked addresses."""
 
-    def __init__(self, *, allow_private: bool, resolve: Resolver) -> None:
+    def __init__(self, *, allow_private: bool, resolve: Resolver, allowed_networks: Sequence[str]) -> None:
         self._allow_private = allow_private
         self._resolve = resolve
+        self._allowed_networks = tuple(allowed_networks)
         self._inner = httpcore.SyncBackend()
 
     def connect_tcp(
@@ -176,7 +200,13 @@ class _CheckedNetworkBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
-        addresses = checked_addresses(host, port, allow_private=self._allow_private, resolve=self._resolve)
+        addresses = checked_addresses(
+            host,
+            port,
+            allow_private=self._allow_private,
+            resolve=self._resolve,
+            allowed_networks=self._allowed_networks,
+        )
         error: Exception | None = None
         for address in addresses:  # the first that accepts, as a resolver-driven client would
             try:
@@ -196,7 +226,11 @@ class _CheckedNetworkBackend(httpcore.NetworkBackend):
 
 
 def checked_transport(
-    *, allow_private: bool = False, resolve: Resolver = resolve_host, verify: ssl.SSLContext | None = None
+    *,
+    allow_private: bool = False,
+    resolve: Resolver = resolve_host,
+    verify: ssl.SSLContext | None = None,
+    allowed_networks: Sequence[str] = (),
 ) -> httpx.HTTPTransport:
     """An ``httpx.HTTPTransport`` whose connections go only to addresses resolved and checked at connect time.
 
@@ -211,7 +245,9 @@ def checked_transport(
         max_connections=httpx.Limits().max_connections,
         max_keepalive_connections=httpx.Limits().max_keepalive_connections,
         keepalive_expiry=httpx.Limits().keepalive_expiry,
-        network_backend=_CheckedNetworkBackend(allow_private=allow_private, resolve=resolve),
+        network_backend=_CheckedNetworkBackend(
+            allow_private=allow_private, resolve=resolve, allowed_networks=allowed_networks
+        ),
     )
     return transport
 
@@ -223,6 +259,7 @@ def fetch_page(
     *,
     allow_private: bool = False,
     resolve: Resolver = resolve_host,
+    allowed_networks: Sequence[str] = (),
 ) -> FetchedPage:
     """GET ``url`` following at most ``limits.max_redirects`` redirects, each hop checked by ``check_url``.
 
@@ -233,7 +270,7 @@ def fetch_page(
     timeout = httpx.Timeout(limits.read_timeout_s, connect=limits.connect_timeout_s)
     current = url
     for _ in range(limits.max_redirects + 1):
-        check_url(current, allow_private=allow_private, resolve=resolve)
+        check_url(current, allow_private=allow_private, resolve=resolve, allowed_networks=allowed_networks)
         try:
             with client.stream("GET", current, follow_redirects=False, timeout=timeout) as response:
                 if response.status_code in _REDIRECT_CODES and "location" in response.headers:

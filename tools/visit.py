@@ -24,6 +24,7 @@ application shell (``passages.is_script_shell``), since visit does not run scrip
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import threading
@@ -129,6 +130,8 @@ class VisitTool:
             output without it.
         limits (`FetchLimits`): time, size and redirect limits of a fetch.
         allow_private (`bool`, default `False`): allow loopback, private and link-local addresses (tests, intranets).
+        allowed_networks (`Sequence[str]`, default `()`): CIDR networks allowed although not public, e.g.
+            ``["127.0.0.1/32"]`` for a server on loopback while every other private address stays refused.
         reduce_budget_tokens (`int`, default `6000`): tokens of page passages shown to the completer.
         extractive_budget_tokens (`int`, default `1200`): tokens of evidence in the extractive output.
         count_tokens (`Callable[[str], int]`, optional): token counter; default ``ceil(len(text) / 4)``.
@@ -155,6 +158,7 @@ class VisitTool:
         completer_attempts: int = DEFAULT_COMPLETER_ATTEMPTS,
         resolve: Resolver = resolve_host,
         max_concurrent_reads: int = DEFAULT_MAX_CONCURRENT_READS,
+        allowed_networks: Sequence[str] = (),
     ) -> None:
         names = [corpus.name for corpus in corpora]
         if len(set(names)) != len(names):
@@ -176,6 +180,9 @@ class VisitTool:
         self.completer_attempts = completer_attempts
         self.resolve = resolve
         self.max_concurrent_reads = max_concurrent_reads
+        self.allowed_networks = tuple(allowed_networks)
+        for network in self.allowed_networks:
+            ipaddress.ip_network(network, strict=False)  # a bad entry fails here, not at the first fetch
         self._client = http_client
         self._owns_client = http_client is None
         self._client_lock = threading.Lock()
@@ -225,7 +232,12 @@ class VisitTool:
                 source, content_type = self._read_corpus(url)
             else:
                 page = fetch_page(
-                    self._http(), url, self.limits, allow_private=self.allow_private, resolve=self.resolve
+                    self._http(),
+                    url,
+                    self.limits,
+                    allow_private=self.allow_private,
+                    resolve=self.resolve,
+                    allowed_networks=self.allowed_networks,
                 )
                 source, content_type = page.text, page.content_type
         except FetchError as exc:
@@ -257,7 +269,9 @@ class VisitTool:
     def _http(self) -> httpx.Client:
         with self._client_lock:  # reads run in threads; one client (and connection pool) for all
             if self._client is None:
-                transport = checked_transport(allow_private=self.allow_private, resolve=self.resolve)
+                transport = checked_transport(
+                    allow_private=self.allow_private, resolve=self.resolve, allowed_networks=self.allowed_networks
+                )
                 self._client = httpx.Client(headers={"User-Agent": DEFAULT_USER_AGENT}, transport=transport)
             return self._client
 

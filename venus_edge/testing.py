@@ -1,13 +1,17 @@
-"""Locate the small real models and reference files that ship inside packages, for tests, benchmarks and the demo.
+"""Helpers for tests, benchmarks and the demo: the small real models and reference files that ship inside
+packages, and ``ScriptedEngine``, which drives the real agent loop with canned model turns.
 
 Nothing here downloads: each function names the package or the set-up step that provides the file.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_CPP_SDIST = "llama_cpp_python-0.3.36.tar.gz"
@@ -40,3 +44,58 @@ def llama_cpp_sdist_path() -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; run: bash scripts/setup.sh")
     return path
+
+
+def tool_call_turn(name: str, **arguments: Any) -> str:
+    """A model turn (PROTOCOL.md) that calls tool ``name`` with ``arguments``, for ``ScriptedEngine``."""
+    call = json.dumps({"name": name, "arguments": arguments})
+    return f"Let me use {name}.\n</think>\n\n<tool_call>\n{call}\n</tool_call>"
+
+
+def answer_turn(text: str) -> str:
+    """A model turn (PROTOCOL.md) that gives the final answer ``text``, for ``ScriptedEngine``."""
+    return f"I know enough.\n</think>\n\n<answer>\n{text}\n</answer>"
+
+
+@dataclass
+class ScriptedEngine:
+    """An ``Engine`` that returns canned turns in order, to drive the real agent loop without a model.
+
+    One token per character (``ord``); a turn that is an exception instance is raised instead of returned.
+    Test your own tools with it: ``Agent(ScriptedEngine([tool_call_turn("mytool", x=1), answer_turn("42")]),
+    [MyTool()]).run("question")``.
+
+    Attributes:
+        turns: the turns still to return (popped from the front).
+        n_ctx: the context size reported to the agent, in tokens.
+        prompts, grammars: every prompt (as text) and grammar the agent passed, in call order.
+    """
+
+    turns: list[Any]
+    n_ctx: int = 100_000
+    prompts: list[str] = field(default_factory=list)
+    grammars: list[str | None] = field(default_factory=list)
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return "".join(map(chr, token_ids))
+
+    def generate(self, prompt_ids: Sequence[int], *, sampling: Any, stop: Sequence[str] = (),
+                 grammar: str | None = None, on_text: Callable[[str], None] | None = None,
+                 seed: int | None = None) -> Any:
+        from venus_edge.engine import Completion, GenerationStats  # the engine module loads llama.cpp
+
+        self.prompts.append(self.detokenize(prompt_ids))
+        self.grammars.append(grammar)
+        turn = self.turns.pop(0)
+        if isinstance(turn, BaseException):
+            raise turn
+        if on_text:
+            on_text(turn)
+        stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(turn) + 1, 0.01, 0.01)
+        return Completion(turn, self.tokenize(turn), "eog", None, stats)
+
+    def model_info(self) -> dict[str, Any]:
+        return {"name": "scripted", "n_ctx": self.n_ctx}

@@ -311,3 +311,36 @@ def test_registry_validates_visit_arguments(subset_corpus: Corpus) -> None:
     assert registry.call("visit", {"url": PICKLE, "goal": GOAL}).visited_urls == (PICKLE,)
     with pytest.raises(ValueError, match="goal"):
         registry.call("visit", {"url": PICKLE})
+
+
+def test_the_agent_loop_goes_on_past_every_failure(server_url: str) -> None:
+    """One session visits every failing page of the server, one per turn, then answers: each turn gets the fixed
+    observation and a typed failure in its event, and the session still ends with an answer."""
+    from venus_edge.agent import Agent, AgentConfig
+    from venus_edge.events import ToolReturned
+    from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
+
+    cases = {"/403": "http_error", "/slow": "timeout", "/huge": "too_large", "/loop": "too_many_redirects",
+             "/redirect-private": "refused_address", "/js-shell": "empty", "/binary": "not_text",
+             "/pdf-broken": "not_text"}
+    turns = [tool_call_turn("visit", url=[f"{server_url}{path}"], goal="g") for path in cases]
+    with VisitTool(limits=FAST, allowed_networks=["127.0.0.1/32"]) as visit:
+        agent = Agent(ScriptedEngine([*turns, answer_turn("done")]), [visit], config=AgentConfig())
+        events = list(_drain(agent.events("q")))
+    returned = [e for e in events if isinstance(e, ToolReturned)]
+    assert [[f["kind"] for f in e.failures] for e in returned] == [[kind] for kind in cases.values()]
+    assert all(e.visited_urls == [] for e in returned)
+    assert events[-1].termination == "answered" and events[-1].answer == "done"
+
+
+def _drain(stream: Any) -> Any:
+    while True:
+        try:
+            yield next(stream)
+        except StopIteration:
+            return
+
+
+def test_allowed_networks_must_be_networks() -> None:
+    with pytest.raises(ValueError, match="not-a-network"):
+        VisitTool(allowed_networks=["not-a-network"])
