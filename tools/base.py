@@ -26,9 +26,10 @@ class ToolFailure:
     """One typed failure inside a tool call; the model sees it only as observation text.
 
     Attributes:
-        kind: one of ``refused_address``, ``blocked``, ``timeout``, ``too_large``, ``empty``, ``not_text``,
-            ``http_error``, ``unreachable``, ``not_found``, ``bad_arguments``, ``backend_error``, ``not_recorded``
-            (replay of a call that was never recorded).
+        kind: one of ``refused_address``, ``blocked`` (401/403/407/429/451), ``timeout``, ``too_large``,
+            ``empty`` (also a JavaScript-only page), ``not_text``, ``too_many_redirects``, ``http_error``,
+            ``unreachable``, ``not_found``, ``bad_arguments``, ``backend_error``, ``not_recorded`` (replay of a
+            call that was never recorded).
         target: the URL or query the failure is about.
         detail: a human-readable sentence.
     """

@@ -21,7 +21,8 @@ Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``Tool
     ├── unreachable          bad URL, DNS failure, connection refused or reset
     ├── timeout              connect/read timeout, or the whole fetch past total_timeout_s
     ├── too_many_redirects   more than max_redirects hops
-    ├── http_error           status >= 400 (the status is in the detail)
+    ├── blocked              status 401, 403, 407, 429 or 451: the site refuses this client (or throttles it)
+    ├── http_error           any other status >= 400 (the status is in the detail)
     ├── too_large            declared or streamed body beyond max_bytes
     └── not_text             a content type or body that is not text (images, binary), or an unreadable PDF
 
@@ -48,6 +49,7 @@ from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pd
 DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
 TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
+BLOCKED_STATUSES = (401, 403, 407, 429, 451)
 _SNIFF_BYTES = 4096
 # Types whose body may still be a PDF, recognized by its first bytes.
 _SNIFFED_TYPES = ("", "application/octet-stream", "binary/octet-stream")
@@ -287,6 +289,8 @@ def fetch_page(
 
 
 def _read_response(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> FetchedPage:
+    if response.status_code in BLOCKED_STATUSES:
+        raise FetchError("blocked", url, f"HTTP status {response.status_code}: the site refuses this client")
     if response.status_code >= 400:
         raise FetchError("http_error", url, f"HTTP status {response.status_code}")
     content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()

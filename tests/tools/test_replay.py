@@ -37,7 +37,7 @@ def test_recorded_session_replays_identically_after_the_server_is_gone(
         recording = ToolRegistry([RecordingTool(tool, cache_dir) for tool in live])
         recorded = [recording.call(name, arguments) for name, arguments in calls]
     assert recorded[1].visited_urls == (calls[1][1]["url"][0], calls[1][1]["url"][1])
-    assert [f.kind for f in recorded[2].failures] == ["http_error"]
+    assert [f.kind for f in recorded[2].failures] == ["blocked"]
     assert [f.kind for f in recorded[3].failures] == ["refused_address"]
     assert len(ToolCache(cache_dir)) == len(calls)
 

@@ -175,7 +175,7 @@ def test_plain_text_keeps_the_relevant_paragraph(server_url: str) -> None:
 @pytest.mark.parametrize(
     ("path", "kind", "detail"),
     [
-        ("/403", "http_error", "403"),
+        ("/403", "blocked", "403"),
         ("/no-such-page", "http_error", "404"),
         ("/slow", "timeout", ""),
         ("/huge", "too_large", "100000"),
@@ -320,9 +320,9 @@ def test_the_agent_loop_goes_on_past_every_failure(server_url: str) -> None:
     from venus_edge.events import ToolReturned
     from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
 
-    cases = {"/403": "http_error", "/slow": "timeout", "/huge": "too_large", "/loop": "too_many_redirects",
-             "/redirect-private": "refused_address", "/js-shell": "empty", "/binary": "not_text",
-             "/pdf-broken": "not_text"}
+    cases = {"/403": "blocked", "/no-such-page": "http_error", "/slow": "timeout", "/huge": "too_large",
+             "/loop": "too_many_redirects", "/redirect-private": "refused_address", "/js-shell": "empty",
+             "/binary": "not_text", "/pdf-broken": "not_text"}
     turns = [tool_call_turn("visit", url=[f"{server_url}{path}"], goal="g") for path in cases]
     with VisitTool(limits=FAST, allowed_networks=["127.0.0.1/32"]) as visit:
         agent = Agent(ScriptedEngine([*turns, answer_turn("done")]), [visit], config=AgentConfig())
