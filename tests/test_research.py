@@ -44,3 +44,19 @@ def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, do
         known = previous["stats"]["prompt_tokens"] + len(previous["token_ids"])
         new = turn["stats"]["prompt_tokens"] - known
         assert 0 < turn["stats"]["prompt_tokens_evaluated"] <= new + 1, (turn["turn"], turn["stats"], new)
+
+
+def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, docs_corpus, tmp_path, capsys):
+    """`--record DIR` then `--replay DIR` (no corpus given): same seed, same model, so the same calls, and every
+    observation comes back byte for byte from the records."""
+    common = ["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf), "--strict",
+              "--min-tool-calls", "1", "--max-turns", "1", "--n-ctx", "4096", "--max-tokens", "200", "--quiet"]
+    records = tmp_path / "records"
+    assert main([*common, "--corpus", str(docs_corpus), "--record", str(records), "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert main([*common, "--replay", str(records), "--out", str(tmp_path / "b.jsonl")]) == 0, capsys.readouterr().err
+    [live] = read_trajectories(tmp_path / "a.jsonl")
+    [replayed] = read_trajectories(tmp_path / "b.jsonl")
+    observations = [turn["observation"] for turn in live.turns if turn["tool_call"]]
+    assert len(observations) == 1 and observations[0].startswith("<tool_response>\n")
+    assert [turn["observation"] for turn in replayed.turns if turn["tool_call"]] == observations
+    assert replayed.messages == live.messages

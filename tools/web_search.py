@@ -42,7 +42,7 @@ DEFAULT_ENGINES = ("duckduckgo", "brave", "mojeek", "startpage", "yahoo", "wikip
 RATE_LIMIT_STATUSES = (202, 403, 429)
 CJK_REGION = "cn-zh"
 DEFAULT_REGION = "us-en"
-_INSTALL_HINT = "the web search backend needs ddgs: pip install 'venus-edge[web]' (or pip install 'ddgs>=9')"
+INSTALL_HINT = "the web search backend needs ddgs: pip install 'venus-edge[web]' (or pip install 'ddgs>=9')"
 
 
 class WebSearchError(Exception):
@@ -201,7 +201,7 @@ class DdgsSearchBackend:
         try:
             from ddgs.engines import ENGINES
         except ImportError as exc:
-            raise ImportError(_INSTALL_HINT) from exc
+            raise ImportError(INSTALL_HINT) from exc
         available = ENGINES.get("text", {})
         unknown = [name for name in self.engine_names if name not in available]
         if unknown:

@@ -1,6 +1,7 @@
 """The ``venus-edge`` command line.
 
-    venus-edge research "QUESTION" --corpus DIR [--model PATH|REPO] [--max-turns N] [--out FILE] [--strict]
+    venus-edge research "QUESTION" [--corpus DIR] [--web] [--model PATH|REPO] [--max-turns N] [--out FILE] [--strict]
+                        [--record DIR | --replay DIR] [--allow-network CIDR]
     venus-edge quantize SOURCE --types Q4_K_M,Q8_0 --out DIR [--base-type f16]
     venus-edge inspect FILE.gguf [--json]
 
@@ -45,7 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     research.add_argument("--model", default=DEFAULT_MODEL,
                           help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, {DEFAULT_QUANT})")
     research.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
-                          help="a folder of HTML/Markdown/text documents to search and visit (repeatable)")
+                          help="a folder of HTML/Markdown/text/PDF documents to search and visit (repeatable)")
+    research.add_argument("--web", action="store_true",
+                          help="also search the web (ddgs engines with back-off and fallback; needs the web extra)")
+    research.add_argument("--record", type=Path, default=None, metavar="DIR",
+                          help="record every tool call's result under DIR, to replay the session later")
+    research.add_argument("--replay", type=Path, default=None, metavar="DIR",
+                          help="answer tool calls only from the records in DIR: no corpus, web or network needed")
+    research.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                          help="let visit fetch this private network, e.g. 10.20.0.0/16 (repeatable)")
     research.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
     research.add_argument("--max-tokens", type=int, default=15_000, metavar="N", help="new tokens per turn (default 15000)")
     research.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
@@ -101,16 +110,21 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.toolbox import default_tools
     from venus_edge.tools.corpus import CorpusError
 
-    if not args.corpus:
-        parser.error("give at least one --corpus DIR (web search is not available yet)")
+    if not (args.corpus or args.web or args.replay):
+        parser.error("give at least one --corpus DIR, --web, or --replay DIR")
+    if args.record and args.replay:
+        parser.error("--record and --replay exclude each other")
     if args.max_turns < 1:
         parser.error("--max-turns must be at least 1")
     model_path = resolve_model(args.model)
     engine = LlamaCppEngine(model_path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed)
     try:
         try:
-            tools = default_tools(args.corpus, completer=engine)
-        except CorpusError as exc:
+            tools = default_tools(
+                args.corpus, web=args.web, completer=engine, allowed_networks=args.allow_network,
+                record_dir=args.record, replay_dir=args.replay,
+            )
+        except (CorpusError, ValueError, ImportError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
         config = AgentConfig(

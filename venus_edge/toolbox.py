@@ -1,48 +1,102 @@
-"""The default tool set of a research session: ``search`` and ``visit`` over local corpora and the web."""
+"""The default tool set of a research session: ``search`` and ``visit`` over local corpora and the web, live,
+recorded or replayed."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Sequence
 
 from venus_edge.tools.base import TextCompleter, Tool
 from venus_edge.tools.corpus import Corpus, Hit
-from venus_edge.tools.search import CorpusSearchBackend, SearchTool
-from venus_edge.tools.visit import VisitTool
+from venus_edge.tools.replay import RecordingTool, ReplayTool
+from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBackend, SearchTool
+from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
 
 
-class MultiCorpusBackend:
-    """Search several corpora; hits are interleaved by rank (1st of each, then 2nd of each, ...)."""
+class MergedSearchBackend:
+    """Search several backends (corpora, the web); hits are interleaved by rank (1st of each, then 2nd of each).
 
-    def __init__(self, corpora: Sequence[Corpus]) -> None:
-        self.backends = [CorpusSearchBackend(corpus) for corpus in corpora]
+    A backend that fails is left out of the merge while another one answers; when all fail, the first error is
+    raised (``SearchTool`` shows it as a failed search). The ``attempts`` of backends that keep a log (the web
+    backend) are gathered into this backend's own ``attempts``, so ``SearchTool`` reports them as usual.
+    """
+
+    def __init__(self, backends: Sequence[SearchBackend]) -> None:
+        if not backends:
+            raise ValueError("MergedSearchBackend needs at least one backend")
+        self.backends = list(backends)
+        self.attempts: list[object] = []
 
     def search(self, query: str, k: int) -> list[Hit]:
-        ranked = [backend.search(query, k) for backend in self.backends]
-        merged = [hits[i] for i in range(k) for hits in ranked if i < len(hits)]
+        ranked, errors = [], []
+        for backend in self.backends:
+            log = getattr(backend, "attempts", None)
+            seen = len(log) if isinstance(log, list) else 0
+            try:
+                ranked.append(backend.search(query, k))
+            except Exception as exc:  # one backend down (the web rate-limited): the others still answer
+                errors.append(exc)
+            if isinstance(log, list):
+                self.attempts.extend(log[seen:])
+        if errors and not ranked:
+            raise errors[0]
+        merged, seen_urls = [], set()
+        for i in range(k):
+            for hits in ranked:
+                if i < len(hits) and hits[i].url not in seen_urls:
+                    seen_urls.add(hits[i].url)
+                    merged.append(hits[i])
         return merged[:k]
 
 
 def default_tools(
-    corpora: Sequence[str | os.PathLike[str]],
+    corpora: Sequence[str | os.PathLike[str]] = (),
     *,
+    web: bool = False,
     completer: TextCompleter | None = None,
     allow_private: bool = False,
+    allowed_networks: Sequence[str] = (),
+    record_dir: str | os.PathLike[str] | None = None,
+    replay_dir: str | os.PathLike[str] | None = None,
 ) -> list[Tool]:
-    """``search`` over the given corpus folders and ``visit`` for their ``corpus://`` URLs and http(s) pages.
+    """``search`` over the given corpus folders and/or the web, and ``visit`` for ``corpus://`` and http(s) URLs.
 
     Args:
-        corpora: folders of HTML/Markdown/text documents (indexed on first use, the index cached on disk).
+        corpora: folders of HTML/Markdown/text/PDF documents (indexed on first use, the index cached on disk).
+        web: also search the web (``DdgsSearchBackend``: ddgs's engines with back-off and fallback; needs the
+            ``web`` extra). Results of the corpora and the web are interleaved.
         completer: the local model that writes visit's evidence and summary (extractive output without it).
         allow_private: let visit fetch loopback and private addresses.
+        allowed_networks: CIDR networks visit may fetch although not public (an intranet), the rest stays refused.
+        record_dir: record every call's result under this folder (``tools.replay``), to replay the session later.
+        replay_dir: answer every call from the records in this folder, with no corpus, web or network at all;
+            ``corpora`` and ``web`` are then ignored. A call that was not recorded gets a ``not_recorded`` text.
 
     Raises:
-        ValueError: no corpus given (web search is not available yet).
+        ValueError: neither a corpus, nor ``web``, nor ``replay_dir``; or ``record_dir`` with ``replay_dir``.
+        ImportError: ``web`` without the ddgs package (the message gives the pip command).
         venus_edge.tools.corpus.EmptyCorpusError: a folder with no readable document.
     """
-    if not corpora:
-        raise ValueError("search needs at least one corpus folder (web search is not available yet)")
+    if replay_dir is not None:
+        if record_dir is not None:
+            raise ValueError("record_dir and replay_dir exclude each other: a replay makes no live call to record")
+        return [ReplayTool("search", SEARCH_SCHEMA, replay_dir), ReplayTool("visit", VISIT_SCHEMA, replay_dir)]
+    if not corpora and not web:
+        raise ValueError("search needs a corpus folder, the web (web=True) or a recording to replay (replay_dir)")
     opened = [Corpus.open(folder) for folder in corpora]
-    search = SearchTool(CorpusSearchBackend(opened[0]) if len(opened) == 1 else MultiCorpusBackend(opened))
-    visit = VisitTool(corpora=opened, completer=completer, allow_private=allow_private)
-    return [search, visit]
+    backends: list[SearchBackend] = [CorpusSearchBackend(corpus) for corpus in opened]
+    if web:
+        from venus_edge.tools.web_search import INSTALL_HINT, DdgsSearchBackend
+
+        if importlib.util.find_spec("ddgs") is None:  # fail now, not at the model's first search
+            raise ImportError(INSTALL_HINT)
+        backends.append(DdgsSearchBackend())
+    search = SearchTool(backends[0] if len(backends) == 1 else MergedSearchBackend(backends))
+    visit = VisitTool(
+        corpora=opened, completer=completer, allow_private=allow_private, allowed_networks=allowed_networks
+    )
+    tools: list[Tool] = [search, visit]
+    if record_dir is not None:
+        tools = [RecordingTool(tool, record_dir) for tool in tools]
+    return tools
