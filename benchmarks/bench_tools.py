@@ -2,14 +2,16 @@
 
 Run: ``.venv/bin/python -m pytest benchmarks/bench_tools.py --benchmark-only -q``
 
-Measures: a cold index of the whole docs, a second open that reloads the index from disk, one search query,
-one extractive visit of a large page (trafilatura + BM25 reduction), and the same visit replayed from a
-recording (``tools/replay.py``). Nothing leaves the machine.
+Measures: a cold index of the whole docs, a second open that reloads the index from disk, a re-index after one
+page changed (only that page is read again), one search query, one extractive visit of a large page
+(trafilatura + BM25 reduction), and the same visit replayed from a recording (``tools/replay.py``). Nothing
+leaves the machine.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,20 @@ def test_visit_replayed_from_recording(benchmark, index_dir: Path, tmp_path: Pat
     recorded = RecordingTool(live, tmp_path)(arguments)
     result = benchmark(ReplayTool.like(live, tmp_path), arguments)
     assert result == recorded
+
+
+def test_reindex_after_one_page_changed(benchmark, tmp_path: Path) -> None:
+    """Incremental indexing: one page of the copied docs changes; only it is read again, the BM25 index rebuilt."""
+    folder = tmp_path / "html"
+    shutil.copytree(DOCS_ROOT, folder, ignore=shutil.ignore_patterns("_*"))
+    index = tmp_path / "index"
+    Corpus.open(folder, index_dir=index, name="pydocs")
+    page = folder / "library" / "tomllib.html"
+    original = page.read_text(encoding="utf-8")
+
+    def change_one_page_and_reopen() -> Corpus:
+        page.write_text(original + f"<!-- edit {time.perf_counter_ns()} -->", encoding="utf-8")
+        return Corpus.open(folder, index_dir=index, name="pydocs")
+
+    corpus = benchmark.pedantic(change_one_page_and_reopen, rounds=3, iterations=1)
+    assert corpus.stats.extracted == 1 and corpus.stats.reused == len(corpus) - 1
