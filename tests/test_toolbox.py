@@ -81,3 +81,17 @@ def test_a_recorded_session_replays_with_identical_observations(docs_corpus, tmp
     other = [tool_call_turn("search", query=["never searched"]), answer_turn("?")]
     unrecorded = Agent(ScriptedEngine(other), replay_tools).run("q")
     assert "No recorded result for this search call" in unrecorded.messages[-2]["content"]
+
+
+def test_visit_budget_is_counted_with_the_completers_tokenizer(docs_corpus) -> None:
+    class Completer:
+        def tokenize(self, text: str) -> list[int]:
+            return list(range(len(text.split())))  # one token per word
+
+        def complete(self, messages, *, max_tokens: int) -> str:
+            return '{"rational": "r", "evidence": "e", "summary": "s"}'
+
+    _, visit = default_tools([docs_corpus], completer=Completer())
+    assert visit.count_tokens("three little words") == 3
+    _, extractive = default_tools([docs_corpus])
+    assert extractive.count_tokens("three little words") == 5  # ceil(18 / 4) without a tokenizer

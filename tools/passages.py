@@ -26,7 +26,11 @@ from lxml import etree
 MIN_PASSAGE_CHARS = 80
 MAX_PASSAGE_CHARS = 1200
 _BLOCK_TAGS = frozenset({"p", "head", "list", "item", "table", "row", "quote"})
-_STOPWORDS = frozenset(STOPWORDS_EN)
+# Question words carry no topic: "How does str.split handle maxsplit?" is about str, split and maxsplit.
+_QUESTION_WORDS = (
+    "how", "what", "when", "where", "which", "who", "whom", "why", "does", "do", "did", "can", "could", "should", "would"
+)
+_STOPWORDS = frozenset(STOPWORDS_EN) | frozenset(_QUESTION_WORDS)
 _WORD = re.compile(r"\w\w+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -158,7 +162,7 @@ def _pack(units: list[str], separator: str, max_chars: int) -> list[str]:
 
 
 def terms(text: str) -> list[str]:
-    """Lower-case words of 2+ characters without English stop words (the bm25s list)."""
+    """Lower-case words of 2+ characters without English stop words (the bm25s list) and question words."""
     return [word for word in _WORD.findall(text.lower()) if word not in _STOPWORDS]
 
 

@@ -35,6 +35,8 @@ from venus_edge.protocol import render_chat
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_N_CTX = 32_768
+# visit reads a page reduced to DEFAULT_REDUCE_BUDGET_TOKENS plus its prompt and answer; 8K holds them.
+DEFAULT_HELPER_N_CTX = 8_192
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,8 @@ class LlamaCppEngine:
         n_batch: prompt tokens evaluated per llama.cpp batch.
         seed: sampling seed; two engines with the same seed, model and prompts give the same text.
         kv_cache_f32: keep the KV cache in F32 (for parity checks; F16 otherwise).
+        helper_n_ctx: context window in tokens of the second context that ``complete`` uses (``visit``'s
+            evidence and summary), allocated on the first ``complete``; default 8192.
 
     Raises:
         ModelNotFoundError: no file at ``model_path``.
@@ -223,6 +227,7 @@ class LlamaCppEngine:
         n_batch: int = 512,
         seed: int = 0,
         kv_cache_f32: bool = False,
+        helper_n_ctx: int = DEFAULT_HELPER_N_CTX,
     ) -> None:
         self.model_path = Path(model_path)
         check_gguf_file(self.model_path)
@@ -249,6 +254,7 @@ class LlamaCppEngine:
         self._pieces: dict[int, bytes] = {}
         self._nfc = self._llm.metadata.get("tokenizer.ggml.pre") == "qwen2"
         self._helper: _HelperContext | None = None
+        self.helper_n_ctx = helper_n_ctx
         self._closed = False
 
     # ------------------------------------------------------------------------------------------ tokens
@@ -326,8 +332,8 @@ class LlamaCppEngine:
         """
         self._check_open()
         if self._helper is None:
-            self._helper = _HelperContext(self._llm)
-        thinking = self._llm.metadata.get("tokenizer.ggml.pre") == "qwen2"
+            self._helper = _HelperContext(self._llm, self.helper_n_ctx)
+        thinking = self._nfc  # the qwen2 pre-tokenizer: a Qwen3 thinking model opens its reasoning block
         prompt = render_chat(messages, open_reasoning=thinking)
         ids = self.tokenize(prompt)
         room = _n_ctx(self._helper.llm) - max_tokens
@@ -386,8 +392,7 @@ class _HelperContext:
     never frees the shared model.
     """
 
-    def __init__(self, main: llama_cpp.Llama, n_ctx: int | None = None) -> None:
-        n_ctx = min(n_ctx or 8192, _n_ctx(main))
+    def __init__(self, main: llama_cpp.Llama, n_ctx: int) -> None:
         params = type(main.context_params).from_buffer_copy(main.context_params)
         params.n_ctx = n_ctx
         clone = llama_cpp.Llama.__new__(llama_cpp.Llama)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 from venus_edge.tools.base import TextCompleter, Tool
 from venus_edge.tools.corpus import Corpus, Hit
@@ -50,6 +50,15 @@ class MergedSearchBackend:
         return merged[:k]
 
 
+def token_counter(completer: object) -> Callable[[str], int] | None:
+    """Count tokens with the completer's own tokenizer when it has one (``LlamaCppEngine.tokenize``), so visit's
+    reduction budget is in the model's tokens; ``None`` (visit's ``len / 4`` estimate) otherwise."""
+    tokenize = getattr(completer, "tokenize", None)
+    if not callable(tokenize):
+        return None
+    return lambda text: len(tokenize(text))
+
+
 def default_tools(
     corpora: Sequence[str | os.PathLike[str]] = (),
     *,
@@ -66,7 +75,8 @@ def default_tools(
         corpora: folders of HTML/Markdown/text/PDF documents (indexed on first use, the index cached on disk).
         web: also search the web (``DdgsSearchBackend``: ddgs's engines with back-off and fallback; needs the
             ``web`` extra). Results of the corpora and the web are interleaved.
-        completer: the local model that writes visit's evidence and summary (extractive output without it).
+        completer: the local model that writes visit's evidence and summary (extractive output without it); its
+            ``tokenize``, if it has one, counts visit's reduction budget.
         allow_private: let visit fetch loopback and private addresses.
         allowed_networks: CIDR networks visit may fetch although not public (an intranet), the rest stays refused.
         record_dir: record every call's result under this folder (``tools.replay``), to replay the session later.
@@ -94,7 +104,11 @@ def default_tools(
         backends.append(DdgsSearchBackend())
     search = SearchTool(backends[0] if len(backends) == 1 else MergedSearchBackend(backends))
     visit = VisitTool(
-        corpora=opened, completer=completer, allow_private=allow_private, allowed_networks=allowed_networks
+        corpora=opened,
+        completer=completer,
+        allow_private=allow_private,
+        allowed_networks=allowed_networks,
+        count_tokens=token_counter(completer),
     )
     tools: list[Tool] = [search, visit]
     if record_dir is not None:
