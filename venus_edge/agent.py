@@ -396,6 +396,14 @@ class _Session:
         return ids
 
     def _segment_ids(self, index: int, part: str) -> list[int]:
+        """Token ids of message ``index`` rendered as ``part``: an observation's content (web text) is tokenized
+        with its control tokens as plain text, so a page holding ``<|im_end|>`` cannot close the message."""
+        message = self.messages[index] if index < len(self.messages) else None
+        if message is not None and message["role"] == "user" and protocol.is_observation(message["content"]):
+            head, content, tail = f"{protocol.IM_START}user\n", message["content"], f"{protocol.IM_END}\n"
+            if part == head + content + tail:
+                tokenize = self.engine.tokenize
+                return tokenize(head) + tokenize(content, parse_special=False) + tokenize(tail)
         sampled = self._sampled.get(index)
         if sampled is not None:
             head, tail = protocol.GENERATION_PROMPT, f"{protocol.IM_END}\n"

@@ -31,7 +31,7 @@ import numpy as np
 from llama_cpp import _internals
 
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
-from venus_edge.protocol import render_chat
+from venus_edge.protocol import render_chat_parts
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_N_CTX = 32_768
@@ -137,7 +137,7 @@ class Engine(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
-    def tokenize(self, text: str) -> list[int]: ...
+    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]: ...
 
     def detokenize(self, token_ids: Sequence[int]) -> str: ...
 
@@ -262,8 +262,12 @@ class LlamaCppEngine:
     def n_ctx(self) -> int:
         return _n_ctx(self._llm)
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens written in the text (``<|im_start|>``) become their ids.
+
+        With ``parse_special=False``, control tokens (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``) written
+        in the text are tokenized as plain text, so untrusted text (a web page) cannot end a message or open a
+        new one; the added tokens of the protocol (``<tool_response>``, ``<think>``) are still recognized.
 
         For Qwen vocabularies the text is NFC-normalized first, as the Hugging Face tokenizer does and
         llama.cpp does not (TEST_MODELS.md), so the ids equal the ones the model was trained on.
@@ -271,7 +275,7 @@ class LlamaCppEngine:
         self._check_open()
         if self._nfc:
             text = unicodedata.normalize("NFC", text)
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=parse_special)
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes of one token, whatever its length (special tokens rendered as their text)."""
@@ -334,8 +338,12 @@ class LlamaCppEngine:
         if self._helper is None:
             self._helper = _HelperContext(self._llm, self.helper_n_ctx)
         thinking = self._nfc  # the qwen2 pre-tokenizer: a Qwen3 thinking model opens its reasoning block
-        prompt = render_chat(messages, open_reasoning=thinking)
-        ids = self.tokenize(prompt)
+        # The contents are page text: their control tokens stay text (see ``tokenize``).
+        ids = [
+            token
+            for head, content, tail in render_chat_parts(messages, open_reasoning=thinking)
+            for token in self.tokenize(head) + self.tokenize(content, parse_special=False) + self.tokenize(tail)
+        ]
         room = _n_ctx(self._helper.llm) - max_tokens
         if len(ids) > room:
             raise ContextOverflowError(len(ids), _n_ctx(self._helper.llm), "shorten the extraction input")

@@ -164,8 +164,18 @@ def render_chat(messages: Sequence[Mapping[str, str]], *, open_reasoning: bool =
     ``open_reasoning`` opens ``<think>\\n`` as the Thinking-2507 model expects; generic ChatML models get a bare
     ``<|im_start|>assistant\\n``.
     """
-    body = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
-    return body + (GENERATION_PROMPT if open_reasoning else f"{IM_START}assistant\n")
+    parts = render_chat_parts(messages, open_reasoning=open_reasoning)
+    return "".join(head + content + tail for head, content, tail in parts)
+
+
+def render_chat_parts(
+    messages: Sequence[Mapping[str, str]], *, open_reasoning: bool = False
+) -> list[tuple[str, str, str]]:
+    """``render_chat`` as ``(head, content, tail)`` triples, the contents apart from the ChatML markup around
+    them, so that a caller can tokenize untrusted contents without parsing control tokens in them. The last
+    triple is the generation prompt, with an empty content."""
+    parts = [(f"{IM_START}{m['role']}\n", m["content"], f"{IM_END}\n") for m in messages]
+    return [*parts, (GENERATION_PROMPT if open_reasoning else f"{IM_START}assistant\n", "", "")]
 
 
 # --------------------------------------------------------------------------------------------------- parsing

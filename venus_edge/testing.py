@@ -76,7 +76,7 @@ class ScriptedEngine:
     prompts: list[str] = field(default_factory=list)
     grammars: list[str | None] = field(default_factory=list)
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
         return [ord(c) for c in text]
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
