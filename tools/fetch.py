@@ -11,8 +11,9 @@ whose httpcore network backend resolves the host with the same resolver, applies
 to the addresses it just checked. A DNS server that answers with a public address for the check and a private
 one for the connection (DNS rebinding) is therefore refused, and the connection never uses an address that was
 not checked. TLS still verifies the certificate against the host name (httpcore sends it as SNI). ``visit``
-builds its client on this transport; a client passed in by the caller keeps its own transport (and only the
-per-hop check). Through an HTTP proxy from the environment the proxy resolves names; the check per hop stays.
+builds its client on this transport, unless the environment names a proxy (``environment_proxies``): then the
+proxy resolves and connects, so only the per-hop check applies. A client passed in by the caller keeps its own
+transport (and the per-hop check).
 
 Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``ToolFailure``::
 
@@ -37,6 +38,8 @@ import ipaddress
 import socket
 import ssl
 import time
+import urllib.request
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
@@ -49,6 +52,8 @@ from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pd
 DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
 TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
+# Only encodings that ``_read_capped`` decompresses under the byte cap.
+ACCEPT_ENCODING = "gzip, deflate"
 BLOCKED_STATUSES = (401, 403, 407, 429, 451)
 _SNIFF_BYTES = 4096
 # Types whose body may still be a PDF, recognized by its first bytes.
@@ -127,11 +132,29 @@ def is_allowed_address(address: str, allowed_networks: Sequence[str] = ()) -> bo
     return any(ip in ipaddress.ip_network(network, strict=False) for network in allowed_networks)
 
 
+# IPv6 ranges that carry an IPv4 address in their last 32 bits (RFC 6052 NAT64, RFC 4291 IPv4-compatible,
+# RFC 2765 SIIT): a gateway may forward them to that IPv4 address, so they are judged by it.
+_IPV4_EMBEDDING = tuple(
+    ipaddress.ip_network(net) for net in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96")
+)
+
+
 def is_public_address(address: str) -> bool:
-    """True for a globally routable unicast address (IPv4-mapped IPv6 judged by its IPv4 part)."""
+    """True for a globally routable unicast address.
+
+    An IPv6 address that embeds an IPv4 one (IPv4-mapped, 6to4, Teredo, NAT64, IPv4-compatible, SIIT) is judged
+    by the IPv4 address it leads to as well; site-local ``fec0::/10`` is not public.
+    """
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local:
+            return False
+        embedded = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+        embedded += [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) for net in _IPV4_EMBEDDING if ip in net]
+        if any(v4 is not None and not is_public_address(str(v4)) for v4 in embedded):
+            return False
+        if ip.ipv4_mapped is not None:
+            return True  # judged by its IPv4 part above
     return ip.is_global and not ip.is_multicast
 
 
@@ -227,6 +250,12 @@ class _CheckedNetworkBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+def environment_proxies() -> dict[str, str]:
+    """The proxies the environment names for web fetches (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``)."""
+    proxies = urllib.request.getproxies()
+    return {scheme: proxies[scheme] for scheme in ("http", "https", "all") if proxies.get(scheme)}
+
+
 def checked_transport(
     *,
     allow_private: bool = False,
@@ -269,12 +298,18 @@ def fetch_page(
         FetchError: see the module docstring for the kinds.
     """
     deadline = time.monotonic() + limits.total_timeout_s
-    timeout = httpx.Timeout(limits.read_timeout_s, connect=limits.connect_timeout_s)
     current = url
     for _ in range(limits.max_redirects + 1):
         check_url(current, allow_private=allow_private, resolve=resolve, allowed_networks=allowed_networks)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise FetchError("timeout", current, f"fetch took longer than total_timeout_s {limits.total_timeout_s}")
+        # No single wait may outlast the whole fetch's remaining time.
+        timeout = httpx.Timeout(min(limits.read_timeout_s, left), connect=min(limits.connect_timeout_s, left))
         try:
-            with client.stream("GET", current, follow_redirects=False, timeout=timeout) as response:
+            with client.stream(
+                "GET", current, follow_redirects=False, timeout=timeout, headers={"Accept-Encoding": ACCEPT_ENCODING}
+            ) as response:
                 if response.status_code in _REDIRECT_CODES and "location" in response.headers:
                     current = str(response.url.join(response.headers["location"]))
                     continue
@@ -284,6 +319,8 @@ def fetch_page(
         except httpx.TimeoutException as exc:
             raise FetchError("timeout", current, f"{type(exc).__name__} after the limits {limits}") from None
         except (httpx.TransportError, httpx.InvalidURL) as exc:
+            raise FetchError("unreachable", current, f"{type(exc).__name__}: {exc}") from None
+        except httpx.HTTPError as exc:  # anything else httpx raises about this response (a malformed one)
             raise FetchError("unreachable", current, f"{type(exc).__name__}: {exc}") from None
     raise FetchError("too_many_redirects", url, f"more than {limits.max_redirects} redirects (last: {current})")
 
@@ -313,14 +350,43 @@ def _read_response(response: httpx.Response, url: str, limits: FetchLimits, dead
 
 
 def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> bytes:
+    """The decoded body, at most ``max_bytes`` of it after decompression, read before ``deadline``.
+
+    The raw stream is decompressed here, not by httpx: httpx inflates each received chunk whole, so a few hundred
+    compressed bytes could become gigabytes before any cap is checked. Here each step inflates at most what the
+    cap still allows. One ``gzip`` or ``deflate`` layer is read (what ``ACCEPT_ENCODING`` asks for); any other
+    or a stacked encoding is refused as ``not_text``.
+    """
+    encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",") if e.strip()]
+    encodings = [e for e in encodings if e != "identity"]
+    if len(encodings) > 1 or (encodings and encodings[0] not in ("gzip", "x-gzip", "deflate")):
+        raise FetchError("not_text", url, f"content encoding {', '.join(encodings)!r} is not read (gzip or deflate)")
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 32) if encodings else None  # 32: a gzip or zlib header
+    stream: Iterable[bytes] = response.iter_raw()
+    if response.is_stream_consumed:  # a response built with its content (httpx.MockTransport): already decoded
+        stream, inflater = [response.content], None
     chunks, size = [], 0
-    for chunk in response.iter_bytes():
-        size += len(chunk)
-        if size > limits.max_bytes:
-            raise FetchError("too_large", url, f"body exceeds max_bytes {limits.max_bytes}")
-        if time.monotonic() > deadline:
-            raise FetchError("timeout", url, f"fetch took longer than total_timeout_s {limits.total_timeout_s}")
-        chunks.append(chunk)
+    try:
+        for raw in stream:
+            if time.monotonic() > deadline:
+                raise FetchError("timeout", url, f"fetch took longer than total_timeout_s {limits.total_timeout_s}")
+            pending = raw
+            while pending:
+                if inflater is None:
+                    piece, pending = pending, b""
+                else:
+                    piece = inflater.decompress(pending, limits.max_bytes - size + 1)
+                    pending = inflater.unconsumed_tail
+                size += len(piece)
+                if size > limits.max_bytes:
+                    raise FetchError("too_large", url, f"body exceeds max_bytes {limits.max_bytes} (decoded)")
+                chunks.append(piece)
+        if inflater is not None:
+            chunks.append(inflater.flush())  # the tail zlib holds back: under one window (32 KiB)
+            if size + len(chunks[-1]) > limits.max_bytes:
+                raise FetchError("too_large", url, f"body exceeds max_bytes {limits.max_bytes} (decoded)")
+    except zlib.error as exc:
+        raise FetchError("not_text", url, f"the {encodings[0]} body cannot be decoded: {exc}") from None
     return b"".join(chunks)
 
 

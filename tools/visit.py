@@ -28,7 +28,9 @@ import ipaddress
 import json
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
@@ -43,6 +45,7 @@ from venus_edge.tools.fetch import (
     FetchLimits,
     Resolver,
     checked_transport,
+    environment_proxies,
     fetch_page,
     resolve_host,
 )
@@ -82,6 +85,8 @@ DEFAULT_EXTRACTIVE_BUDGET_TOKENS = 1200
 DEFAULT_COMPLETER_MAX_TOKENS = 1500
 DEFAULT_COMPLETER_ATTEMPTS = 3
 DEFAULT_MAX_CONCURRENT_READS = 4
+# Seconds a read may run past total_timeout_s before visit stops waiting for it.
+READ_GRACE_S = 2.0
 # Below this much extracted text an HTML page is checked for being a JavaScript shell.
 _SHELL_CHECK_CHARS = 500
 _HTML_TYPES = ("text/html", "application/xhtml+xml", "")
@@ -124,8 +129,9 @@ class VisitTool:
     Args:
         corpora (`Sequence[Corpus]`): local corpora whose ``corpus://{name}/...`` URLs can be visited.
         http_client (`httpx.Client`, optional): used for http(s) URLs; redirects are followed by the tool, not the
-            client. Default: a client on ``fetch.checked_transport`` (addresses checked again at connect time),
-            created on first use and closed by ``close()``.
+            client. Default: a client on ``fetch.checked_transport`` (addresses checked again at connect time) or,
+            when the environment names an HTTP proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``), a client
+            that goes through it; created on first use and closed by ``close()``.
         completer (`TextCompleter`, optional): the local model that writes evidence and summary; extractive
             output without it.
         limits (`FetchLimits`): time, size and redirect limits of a fetch.
@@ -220,14 +226,39 @@ class VisitTool:
     # ---- reading ---------------------------------------------------------------------------------------
 
     def _read_all(self, urls: list[str]) -> list[tuple[PageText | None, ToolFailure | None]]:
-        """``_read`` of every URL, in the order given, up to ``max_concurrent_reads`` in flight at once."""
-        if len(urls) <= 1 or self.max_concurrent_reads == 1:
-            return [self._read(url) for url in urls]
-        with ThreadPoolExecutor(min(len(urls), self.max_concurrent_reads), thread_name_prefix="visit") as pool:
-            return list(pool.map(self._read, urls))
+        """``_read`` of every URL, in the order given, up to ``max_concurrent_reads`` in flight at once.
+
+        A read still running past its share of time (``total_timeout_s`` per round of concurrent reads, plus
+        ``READ_GRACE_S``) is reported as a ``timeout`` and left behind: fetch limits bound each wait, but a server
+        that drips its headers byte by byte, or a PDF that is slow to parse, would otherwise hold the call.
+        """
+        if not urls:
+            return []
+        workers = min(len(urls), self.max_concurrent_reads)
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="visit")
+        try:
+            futures = [pool.submit(self._read, url) for url in urls]
+            rounds = -(-len(urls) // workers)
+            deadline = time.monotonic() + rounds * self.limits.total_timeout_s + READ_GRACE_S
+            results = []
+            for url, future in zip(urls, futures):
+                try:
+                    results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+                except FutureTimeout:
+                    detail = f"not read within total_timeout_s {self.limits.total_timeout_s} s; abandoned"
+                    results.append((None, ToolFailure("timeout", url, detail)))
+            return results
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _read(self, url: str) -> tuple[PageText | None, ToolFailure | None]:
-        """Read one URL into passages, or say why not."""
+        """Read one URL into passages, or say why not; never raises (one bad page must not sink the call)."""
+        try:
+            return self._read_page(url)
+        except Exception as exc:  # a fault in a parser or library on hostile input: this URL fails, the rest go on
+            return None, ToolFailure("backend_error", url, f"reading failed: {type(exc).__name__}: {exc}")
+
+    def _read_page(self, url: str) -> tuple[PageText | None, ToolFailure | None]:
         try:
             if urlsplit(url).scheme == URL_SCHEME:
                 source, content_type = self._read_corpus(url)
@@ -270,10 +301,14 @@ class VisitTool:
     def _http(self) -> httpx.Client:
         with self._client_lock:  # reads run in threads; one client (and connection pool) for all
             if self._client is None:
-                transport = checked_transport(
-                    allow_private=self.allow_private, resolve=self.resolve, allowed_networks=self.allowed_networks
-                )
-                self._client = httpx.Client(headers={"User-Agent": DEFAULT_USER_AGENT}, transport=transport)
+                headers = {"User-Agent": DEFAULT_USER_AGENT}
+                if environment_proxies():  # the proxy resolves and connects: keep it, with the per-hop check
+                    self._client = httpx.Client(headers=headers, trust_env=True)
+                else:
+                    transport = checked_transport(
+                        allow_private=self.allow_private, resolve=self.resolve, allowed_networks=self.allowed_networks
+                    )
+                    self._client = httpx.Client(headers=headers, transport=transport)
             return self._client
 
     # ---- evidence and summary --------------------------------------------------------------------------

@@ -3,6 +3,7 @@ a corpus index built once per session, and a scripted completer standing in for 
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import ssl
 import subprocess
@@ -137,6 +138,8 @@ JS_SHELL_HTML = b"""<!doctype html><html lang="en"><head><meta charset="utf-8"><
 <script defer src="/static/js/main.3f2a9c.js"></script><link href="/static/css/main.css" rel="stylesheet"></head>
 <body><noscript>You need to enable JavaScript to run this app.</noscript><div id="root"></div>
 <script>window.__INITIAL_STATE__={"user":null,"items":[1,2,3]};</script></body></html>"""
+GZIP_PAGE = gzip.compress(b"<html><body><p>The frobnicator was compressed with gzip for transport.</p></body></html>")
+GZIP_BOMB = gzip.compress(b"\0" * 40_000_000, compresslevel=9)
 TOGETHER_PARTIES = 3
 TOGETHER_TIMEOUT_S = 5.0
 
@@ -145,7 +148,10 @@ class _Handler(BaseHTTPRequestHandler):
     """Routes: /docs/<path> (Python docs), /403, /404 (unknown path), /slow, /huge, /huge-declared, /loop,
     /redirect-to-docs, /redirect-private, /binary, /octet, /empty, /js-shell (a single-page-app shell), /text, /pdf,
     /pdf-octet (a PDF sent as application/octet-stream), /pdf-broken, /pdf-scan (a page without text),
-    /together-<name> (answers only once ``TOGETHER_PARTIES`` such requests are in flight at the same time)."""
+    /together-<name> (answers only once ``TOGETHER_PARTIES`` such requests are in flight at the same time),
+    /gzip (a gzip-encoded page), /gzip-bomb (40 KB of gzip that inflate to 40 MB), /gzip-twice (two stacked
+    layers), /gzip-broken (declared gzip, not gzip), /drip (headers sent a byte every 0.2 s), /hop-<n> (waits
+    0.4 s, then redirects to /hop-<n+1>)."""
 
     docs_root: Path = DOCS_ROOT
     protocol_version = "HTTP/1.1"
@@ -172,6 +178,11 @@ class _Handler(BaseHTTPRequestHandler):
             "/octet": lambda: self._send(200, "", b"\x00\x01\x02binary\x00" * 100),
             "/empty": lambda: self._send(200, "text/html", b"<html><head></head><body></body></html>"),
             "/js-shell": lambda: self._send(200, "text/html; charset=utf-8", JS_SHELL_HTML),
+            "/gzip": lambda: self._send(200, "text/html", GZIP_PAGE, encoding="gzip"),
+            "/gzip-bomb": lambda: self._send(200, "text/html", GZIP_BOMB, encoding="gzip"),
+            "/gzip-twice": lambda: self._send(200, "text/html", gzip.compress(GZIP_PAGE), encoding="gzip, gzip"),
+            "/gzip-broken": lambda: self._send(200, "text/html", b"this is not gzip at all" * 10, encoding="gzip"),
+            "/drip": self._drip,
             "/text": lambda: self._send(200, "text/plain; charset=utf-8", _PLAIN_TEXT.encode()),
             "/pdf": lambda: self._send(200, "application/pdf", REPORT_PDF),
             "/pdf-octet": lambda: self._send(200, "application/octet-stream", REPORT_PDF),
@@ -180,12 +191,17 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if path.startswith("/together-"):
             return self._together(path)
+        if path.startswith("/hop-"):
+            time.sleep(0.4)
+            return self._redirect(f"/hop-{int(path[len('/hop-'):]) + 1}")
         routes.get(path, lambda: self._send(404, "text/html", b"<html><body>Not found</body></html>"))()
 
-    def _send(self, status: int, content_type: str, body: bytes) -> None:
+    def _send(self, status: int, content_type: str, body: bytes, encoding: str = "") -> None:
         self.send_response(status)
         if content_type:
             self.send_header("Content-Type", content_type)
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -205,6 +221,18 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(503, "text/plain", b"the other requests never came")
         body = f"<html><body><p>{path[len('/together-'):]} arrived together with the others.</p></body></html>"
         self._send(200, "text/html", body.encode())
+
+    def _drip(self) -> None:
+        """Status line, then header bytes one at a time: every read is quick, the whole never ends in time."""
+        try:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+            for _ in range(100):
+                self.wfile.write(b"a")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
 
     def _slow(self) -> None:
         time.sleep(SLOW_S)

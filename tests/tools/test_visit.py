@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -13,7 +16,7 @@ import pytest
 from venus_edge.tools import ToolRegistry
 from venus_edge.tools.corpus import Corpus
 from venus_edge.tools.fetch import FetchLimits, checked_transport
-from venus_edge.tools.visit import VisitTool, format_visit_section, parse_extraction
+from venus_edge.tools.visit import READ_GRACE_S, VisitTool, format_visit_section, parse_extraction
 
 VISIT_SCHEMA_TEXT = (
     '{"type": "function", "function": {"name": "visit", "description": "Visit webpage(s) and return the summary of '
@@ -344,3 +347,92 @@ def _drain(stream: Any) -> Any:
 def test_allowed_networks_must_be_networks() -> None:
     with pytest.raises(ValueError, match="not-a-network"):
         VisitTool(allowed_networks=["not-a-network"])
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "detail"),
+    [
+        ("/gzip-bomb", "too_large", "decoded"),
+        ("/gzip-twice", "not_text", "gzip, gzip"),
+        ("/gzip-broken", "not_text", "cannot be decoded"),
+    ],
+)
+def test_compressed_bodies_are_capped_after_decoding(server_url: str, path: str, kind: str, detail: str) -> None:
+    """40 KB of gzip that would inflate to 40 MB stops at max_bytes (100 KB here), inflated step by step; stacked
+    or broken encodings are typed failures and never raise into the caller."""
+    url = f"{server_url}{path}"
+    text, visited, failures = visit_http(url)
+    assert [f.kind for f in failures] == [kind] and detail in failures[0].detail, failures
+    assert text == unreadable(url, "When was tomllib added?").strip()
+
+
+def test_a_gzip_page_is_read_and_a_broken_one_does_not_sink_the_others(server_url: str) -> None:
+    urls = [f"{server_url}/gzip", f"{server_url}/gzip-broken", f"{server_url}/text"]
+    with VisitTool(limits=FAST, allowed_networks=["127.0.0.1/32"]) as tool:
+        result = tool({"url": urls, "goal": "frobnicator"})
+    assert result.visited_urls == (urls[0], urls[2]) and [f.kind for f in result.failures] == ["not_text"]
+    assert "compressed with gzip for transport" in result.text
+
+
+def test_the_total_time_limit_holds_across_redirects_and_dripped_headers(server_url: str) -> None:
+    """Each redirect hop waits 0.4 s and each header byte 0.2 s: no single read times out, the whole fetch
+    does, within total_timeout_s (plus visit's grace for the dripping server)."""
+    limits = FetchLimits(read_timeout_s=1.0, total_timeout_s=1.0, max_redirects=20)
+    with VisitTool(limits=limits, allowed_networks=["127.0.0.1/32"]) as tool:
+        start = time.monotonic()
+        hops = tool({"url": f"{server_url}/hop-0", "goal": "g"})
+        after_hops = time.monotonic()
+        drip = tool({"url": f"{server_url}/drip", "goal": "g"})
+        after_drip = time.monotonic()
+    assert [f.kind for f in hops.failures] == ["timeout"] and after_hops - start < 1.0 + 0.4 + 0.5
+    assert [f.kind for f in drip.failures] == ["timeout"] and after_drip - after_hops < 1.0 + READ_GRACE_S + 0.5
+
+
+def test_a_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With HTTP_PROXY set, visit goes through the proxy (which resolves the name), the per-hop check stays."""
+    seen: list[str] = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.path)
+            body = b"<html><body><p>Served by the proxy for the frobnicator question.</p></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_address[1]}")
+        public_names = {"docs.example": ["93.184.216.34"], "10.0.0.1": ["10.0.0.1"]}
+        with VisitTool(limits=FAST, resolve=lambda host, port: public_names[host]) as tool:
+            result = tool({"url": "http://docs.example/page", "goal": "frobnicator"})
+            refused = tool({"url": "http://10.0.0.1/page", "goal": "g"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["http://docs.example/page"] and "Served by the proxy" in result.text
+    assert [f.kind for f in refused.failures] == ["refused_address"]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "[64:ff9b::a9fe:a9fe]",
+        "[2002:a00:1::]",
+        "[::a00:1]",
+        "[::ffff:0:a00:1]",
+        "[fec0::1]",
+        "[2001:0:4136:e378:8000:63bf:f5ff:fffe]",  # Teredo, client 10.0.0.1
+    ],
+)
+def test_ipv6_forms_of_private_ipv4_addresses_are_refused(host: str) -> None:
+    """NAT64, 6to4, IPv4-compatible, SIIT and Teredo addresses lead to the IPv4 address inside them."""
+    with VisitTool(limits=FAST) as tool:
+        result = tool({"url": f"http://{host}/latest/meta-data/", "goal": "g"})
+    assert [f.kind for f in result.failures] == ["refused_address"], result.failures
