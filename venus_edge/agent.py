@@ -396,20 +396,25 @@ class _Session:
         return ids
 
     def _segment_ids(self, index: int, part: str) -> list[int]:
-        """Token ids of message ``index`` rendered as ``part``: an observation's content (web text) is tokenized
-        with its control tokens as plain text, so a page holding ``<|im_end|>`` cannot close the message."""
-        message = self.messages[index] if index < len(self.messages) else None
-        if message is not None and message["role"] == "user" and protocol.is_observation(message["content"]):
-            head, content, tail = f"{protocol.IM_START}user\n", message["content"], f"{protocol.IM_END}\n"
-            if part == head + content + tail:
-                tokenize = self.engine.tokenize
-                return tokenize(head) + tokenize(content, parse_special=False) + tokenize(tail)
+        """Token ids of message ``index`` rendered as ``part``.
+
+        Only the ChatML markup around a message is parsed for control tokens. The contents (page text in
+        observations, and model turns that may quote it) are tokenized with ``<|im_end|>`` and the other control
+        tokens as plain text, so a page cannot close a message and open a new one. The protocol's added tokens
+        (``<tool_response>``, ``<think>``) are parsed as always.
+        """
+        tokenize = self.engine.tokenize
         sampled = self._sampled.get(index)
+        head, tail = protocol.GENERATION_PROMPT, f"{protocol.IM_END}\n"
         if sampled is not None:
-            head, tail = protocol.GENERATION_PROMPT, f"{protocol.IM_END}\n"
             if part == head + sampled.text + tail and self.engine.detokenize(sampled.token_ids) == sampled.text:
-                return self.engine.tokenize(head) + sampled.token_ids + self.engine.tokenize(tail)
-        return self.engine.tokenize(part)
+                return tokenize(head) + sampled.token_ids + tokenize(tail)
+        message = self.messages[index] if index < len(self.messages) else None
+        if message is not None and message["role"] != "system":
+            head = f"{protocol.IM_START}{message['role']}\n"
+            if part.startswith(head) and part.endswith(tail):
+                return tokenize(head) + tokenize(part[len(head) : -len(tail)], parse_special=False) + tokenize(tail)
+        return tokenize(part)
 
     def _count(self, completion: Completion) -> None:
         stats = completion.stats
