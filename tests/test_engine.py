@@ -241,3 +241,14 @@ def test_agent_prompt_ids_equal_the_hf_tokenizer_ids_of_the_conversation(tiny_en
     result = Agent(engine, [Page()]).run(MIXED_TEXTS[2])
     rendered = protocol.render_messages(result.messages[:-1])
     assert engine.prompt_ids == hf_tokenizer.encode(rendered, add_special_tokens=False).ids
+
+
+def test_default_context_is_the_training_context_capped_at_32k(smollm2_gguf, tiny_qwen3_gguf):
+    """Without n_ctx the engine reads ``{arch}.context_length`` from the header (8192 for SmolLM2)."""
+    with LlamaCppEngine(smollm2_gguf) as engine:
+        assert engine.n_ctx == 8192 == engine.model_info()["n_ctx_train"]
+    from venus_edge.engine import DEFAULT_N_CTX, _n_ctx_train
+
+    assert _n_ctx_train(tiny_qwen3_gguf) >= 1
+    with LlamaCppEngine(tiny_qwen3_gguf) as engine:
+        assert engine.n_ctx == min(_n_ctx_train(tiny_qwen3_gguf), DEFAULT_N_CTX)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from venus_edge.agent import Agent
@@ -95,3 +97,47 @@ def test_visit_budget_is_counted_with_the_completers_tokenizer(docs_corpus) -> N
     assert visit.count_tokens("three little words") == 3
     _, extractive = default_tools([docs_corpus])
     assert extractive.count_tokens("three little words") == 5  # ceil(18 / 4) without a tokenizer
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--corpus", "/nonexistent/docs"], "--corpus /nonexistent/docs: not a directory"),
+        (["--replay", "/nonexistent/records"], "--replay /nonexistent/records: not a directory"),
+        (["--record", "a", "--replay", "b"], "exclude each other"),
+        ([], "give at least one --corpus DIR, --web, or --replay DIR"),
+    ],
+)
+def test_cli_refuses_bad_tool_flags_before_loading_a_model(flags, message, capsys) -> None:
+    """The model path does not exist either: the tool flags are checked first, so the user hears about them."""
+    from venus_edge.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["research", "q", "--model", "/nonexistent/model.gguf", *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_merged_backend_logs_a_failing_backend_and_takes_iterators() -> None:
+    class Broken:
+        def search(self, query, k):
+            raise OSError("index gone")
+
+    class Lazy:
+        def search(self, query, k):
+            return iter([Hit("t", "lazy/1", "s")])
+
+    merged = MergedSearchBackend([Broken(), Lazy()])
+    result = SearchTool(merged)({"query": ["q"]})
+    assert '"url": "lazy/1"' in result.text
+    assert [(a.backend, a.outcome, a.detail) for a in result.attempts] == [("Broken", "error", "OSError: index gone")]
+
+
+def test_two_folders_with_the_same_name_get_distinct_corpus_names(tmp_path) -> None:
+    for parent in ("a", "b"):
+        (tmp_path / parent / "docs").mkdir(parents=True)
+        (tmp_path / parent / "docs" / "note.md").write_text(f"# Note {parent}\n\nwidget {parent}\n", encoding="utf-8")
+    search, visit = default_tools([tmp_path / "a" / "docs", tmp_path / "b" / "docs"])
+    assert sorted(visit.corpora) == ["docs", "docs-2"]
+    urls = [hit["url"] for block in json.loads(search({"query": ["widget"]}).text) for hit in block["web_page_info_list"]]
+    assert sorted(urls) == ["corpus://docs-2/note.md", "corpus://docs/note.md"]
+    assert visit({"url": ["corpus://docs-2/note.md"], "goal": "widget"}).visited_urls == ("corpus://docs-2/note.md",)

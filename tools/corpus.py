@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -59,6 +61,8 @@ CONTENT_TYPES: dict[str, str] = {
 INDEX_FORMAT_VERSION = 2
 SNIPPET_CHARS = 240
 _TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+logger = logging.getLogger(__name__)
 _STOPWORDS = "en"
 
 
@@ -171,7 +175,8 @@ class Corpus:
             folder: the folder to index, searched recursively.
             index_dir: where the index is saved; default
                 ``$XDG_CACHE_HOME/venus-edge/corpus/<sha256 of the folder path>`` (``~/.cache`` without it).
-            name: the corpus name used in URLs; default the folder name.
+            name: the corpus name used in URLs (letters, digits, ``.``, ``_``, ``-``); default the folder name
+                with other characters replaced by ``-``.
             skip_dir_prefixes: folders whose name starts with one of these are skipped: hidden folders and
                 Sphinx build folders (``_sources`` holds a ``.txt`` copy of every page, ``_static`` assets).
 
@@ -179,11 +184,17 @@ class Corpus:
             EmptyCorpusError: no readable document under ``folder`` (none with an accepted extension, or none
                 whose text could be read).
             NotADirectoryError: ``folder`` is not a folder.
+            ValueError: a ``name`` that cannot be a URL host.
+
+        An index folder that cannot be written (read-only cache) only costs the speed of the next start: the
+        corpus is still returned, and the failure logged.
         """
         root = Path(folder).expanduser().resolve()
         if not root.is_dir():
             raise NotADirectoryError(f"corpus folder {str(root)!r} is not a directory")
-        name = name or root.name
+        if name is not None and not _NAME_PATTERN.fullmatch(name):
+            raise ValueError(f"corpus name {name!r} must be letters, digits, '.', '_' or '-' (it is a URL host)")
+        name = name or (re.sub(r"[^A-Za-z0-9._-]+", "-", root.name).strip("-.") or "corpus")
         cache = Path(index_dir) if index_dir is not None else default_index_dir(root)
         manifest = _manifest(root, skip_dir_prefixes)
         if not manifest["files"]:
@@ -194,15 +205,20 @@ class Corpus:
         corpus = _load_index(cache, root, name, manifest)
         if corpus is None:
             corpus = _build_index(root, name, manifest, _saved_entries(cache, root))
-            _save_index(cache, corpus, manifest)
+            try:
+                _save_index(cache, corpus, manifest)
+            except OSError as exc:
+                logger.warning("corpus %s: the index could not be saved under %s (%s); it is rebuilt next time",
+                               name, cache, exc)
         return corpus
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def url_for(self, path: str) -> str:
-        """The ``corpus://`` URL of the document at relative POSIX ``path``."""
-        return f"{URL_SCHEME}://{self.name}/{quote(path)}"
+        """The ``corpus://`` URL of the document at relative POSIX ``path`` (percent-encoded; a file name that is
+        not UTF-8 keeps its bytes)."""
+        return f"{URL_SCHEME}://{self.name}/{quote(path, errors='surrogateescape')}"
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
         """Return up to ``k`` documents for ``query``, best first; ``[]`` when no query term is indexed."""
@@ -224,9 +240,8 @@ class Corpus:
         """Read the document at a ``corpus://{name}/{path}`` URL (a ``#fragment`` or ``?query`` is ignored).
 
         Raises:
-            DocumentNotFoundError: another scheme or corpus name, or no such document in this corpus (a skipped
-                file included).
-            UnreadableDocumentError: a PDF that no longer parses.
+            DocumentNotFoundError: another scheme or corpus name, or no such document in this corpus.
+            UnreadableDocumentError: a file left out of the index (``skipped``), or a PDF that no longer parses.
         """
         path = self._path_of(url)
         file = self.root / path
@@ -248,7 +263,9 @@ class Corpus:
         if parts.scheme != URL_SCHEME or parts.netloc != self.name:
             expected = f"{URL_SCHEME}://{self.name}/..."
             raise DocumentNotFoundError(f"{url} is not a document of corpus {self.name!r} ({expected})")
-        path = unquote(parts.path).lstrip("/")
+        path = unquote(parts.path, errors="surrogateescape").lstrip("/")
+        if path in self.skipped:
+            raise UnreadableDocumentError(f"{url} cannot be read: {self.skipped[path]}")
         if path not in self._by_path:
             raise DocumentNotFoundError(f"no document {path!r} in corpus {self.name!r}")
         return path
@@ -276,8 +293,13 @@ def _iter_documents(root: Path, skip_dir_prefixes: Sequence[str]) -> Iterator[Pa
 def _manifest(root: Path, skip_dir_prefixes: Sequence[str]) -> dict:
     files = []
     for file in _iter_documents(root, skip_dir_prefixes):
-        stat = file.stat()
-        files.append([file.relative_to(root).as_posix(), stat.st_mtime_ns, stat.st_size])
+        try:
+            info = file.stat()
+        except OSError:  # a dangling symbolic link, or a file removed while walking
+            continue
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device named like a document would block or never end
+            continue
+        files.append([file.relative_to(root).as_posix(), info.st_mtime_ns, info.st_size])
     return {"version": INDEX_FORMAT_VERSION, "root": str(root), "files": files}
 
 
@@ -367,7 +389,11 @@ def _load_index(cache: Path, root: Path, name: str, manifest: dict) -> Corpus | 
         with open(cache / "documents.jsonl", encoding="utf-8") as lines:
             entries = [_Entry(**json.loads(line)) for line in lines]
         retriever = bm25s.BM25.load(cache / "bm25", show_progress=False)
-    except (OSError, ValueError, TypeError, KeyError):
+        if [path for path, _, _ in manifest["files"]] != [entry.path for entry in entries]:
+            return None
+        if retriever.scores["num_docs"] != sum(1 for entry in entries if not entry.error):
+            return None
+    except Exception:  # noqa: BLE001 - a cache damaged in any way (truncated arrays, bad JSON) is rebuilt
         return None
     skipped = sum(1 for entry in entries if entry.error)
     corpus = Corpus(root, name, entries, retriever, IndexStats(0, len(entries), 0, skipped))

@@ -54,7 +54,13 @@ TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/j
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
 # Only encodings that ``_read_capped`` decompresses under the byte cap.
 ACCEPT_ENCODING = "gzip, deflate"
-BLOCKED_STATUSES = (401, 403, 407, 429, 451)
+BLOCKED_STATUSES = {
+    401: "the site wants a login",
+    403: "the site refuses this client",
+    407: "the proxy wants a login",
+    429: "the site rate-limits this client",
+    451: "unavailable for legal reasons",
+}
 _SNIFF_BYTES = 4096
 # Types whose body may still be a PDF, recognized by its first bytes.
 _SNIFFED_TYPES = ("", "application/octet-stream", "binary/octet-stream")
@@ -327,7 +333,7 @@ def fetch_page(
 
 def _read_response(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> FetchedPage:
     if response.status_code in BLOCKED_STATUSES:
-        raise FetchError("blocked", url, f"HTTP status {response.status_code}: the site refuses this client")
+        raise FetchError("blocked", url, f"HTTP status {response.status_code}: {BLOCKED_STATUSES[response.status_code]}")
     if response.status_code >= 400:
         raise FetchError("http_error", url, f"HTTP status {response.status_code}")
     content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()

@@ -25,6 +25,8 @@ from lxml import etree
 
 MIN_PASSAGE_CHARS = 80
 MAX_PASSAGE_CHARS = 1200
+# A <noscript> with at least this much text is the page's content, not a notice to enable JavaScript.
+NOSCRIPT_CONTENT_CHARS = 200
 _BLOCK_TAGS = frozenset({"p", "head", "list", "item", "table", "row", "quote"})
 # Question words carry no topic: "How does str.split handle maxsplit?" is about str, split and maxsplit.
 _QUESTION_WORDS = (
@@ -82,14 +84,23 @@ def _html_paragraphs(html: str) -> list[str]:
 
 
 def is_script_shell(html: str) -> bool:
-    """True for an HTML page that holds scripts and no visible text outside ``<script>``, ``<style>``,
-    ``<noscript>`` and ``<template>``: a single-page-app shell whose content only JavaScript would render
-    (``<noscript>`` text such as "You need to enable JavaScript" does not count as content)."""
+    """True for an HTML page that holds scripts and no visible text outside ``<script>``, ``<style>`` and
+    ``<template>``: a single-page-app shell whose content only JavaScript would render.
+
+    A ``<noscript>`` notice ("You need to enable JavaScript") does not count as content, but a ``<noscript>``
+    holding an article (``NOSCRIPT_CONTENT_CHARS`` or more) does; so does a declarative shadow root
+    (``<template shadowrootmode>``), which browsers render without scripts.
+    """
     try:
         tree = lxml.html.document_fromstring(html)
     except (etree.ParserError, ValueError):
         return False
     if not tree.xpath("//script"):
+        return False
+    if tree.xpath("//template[@shadowrootmode or @shadowroot]"):
+        return False
+    noscript = " ".join(" ".join(node.text_content().split()) for node in tree.xpath("//noscript"))
+    if len(noscript) >= NOSCRIPT_CONTENT_CHARS:
         return False
     for node in tree.xpath("//script|//style|//noscript|//template|//head"):
         node.drop_tree()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, TextIO
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # a broken PDF is reported once, as a typed failure
     try:
         if args.command == "research":
             return _research(args, parser)
@@ -114,6 +116,12 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("give at least one --corpus DIR, --web, or --replay DIR")
     if args.record and args.replay:
         parser.error("--record and --replay exclude each other")
+    # Checked before the model loads (or downloads): a typo must not cost minutes.
+    for folder in args.corpus:
+        if not folder.is_dir():
+            parser.error(f"--corpus {folder}: not a directory")
+    if args.replay and not args.replay.is_dir():
+        parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
     if args.max_turns < 1:
         parser.error("--max-turns must be at least 1")
     model_path = resolve_model(args.model)
@@ -124,7 +132,7 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 args.corpus, web=args.web, completer=engine, allowed_networks=args.allow_network,
                 record_dir=args.record, replay_dir=args.replay,
             )
-        except (CorpusError, ValueError, ImportError) as exc:
+        except (CorpusError, ValueError, ImportError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
         config = AgentConfig(
@@ -186,10 +194,13 @@ class _Progress:
             waited = f", waited {event.waited_s:.1f} s" if event.waited_s else ""
             return f"  {event.name}: {event.backend} {event.outcome} ({event.detail[:120]}){waited}"
         if isinstance(event, ToolReturned):
-            failed = f", {len(event.failures)} failed" if event.failures else ""
+            kinds = ", ".join(sorted({failure["kind"] for failure in event.failures}))
+            failed = f", {len(event.failures)} failed ({kinds})" if event.failures else ""
             return f"  -> {event.observation_chars:,} chars in {event.elapsed_s:.1f} s, {len(event.visited_urls)} read{failed}"
-        if isinstance(event, (LimitReached, ErrorRaised)):
-            return f"  ! {event.to_dict()}"
+        if isinstance(event, LimitReached):
+            return f"  ! {event.limit} limit reached: {event.detail}; the model is asked for its final answer"
+        if isinstance(event, ErrorRaised):
+            return f"  ! error in {event.where}: {event.message}"
         if isinstance(event, SessionFinished):
             return f"finished: {event.termination} after {event.turns} turns in {event.elapsed_s:.1f} s"
         return None

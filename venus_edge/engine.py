@@ -172,7 +172,12 @@ def physical_cores() -> int:
 
 
 def _n_ctx_train(path: Path) -> int:
-    """The training context length from the GGUF header, read with a vocabulary-only load (no weights)."""
+    """The training context length (``{architecture}.context_length``) from the GGUF header, read with a
+    vocabulary-only load (no weights). ``llama_model_n_ctx_train`` is 0 on such a load, so the key is read.
+
+    Raises:
+        ModelLoadError: the header cannot be read, or it has no context length.
+    """
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     try:
@@ -180,9 +185,13 @@ def _n_ctx_train(path: Path) -> int:
     except ValueError as exc:
         raise ModelLoadError(path, str(exc)) from exc
     try:
-        return model.n_ctx_train()
+        metadata = model.metadata()
     finally:
         model.close()
+    key = f"{metadata.get('general.architecture')}.context_length"
+    if not str(metadata.get(key, "")).isdigit() or int(metadata[key]) < 1:
+        raise ModelLoadError(path, f"the GGUF header has no {key}; pass n_ctx")
+    return int(metadata[key])
 
 
 def check_gguf_file(path: Path) -> None:

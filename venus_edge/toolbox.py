@@ -12,21 +12,23 @@ from venus_edge.tools.corpus import Corpus, Hit
 from venus_edge.tools.replay import RecordingTool, ReplayTool
 from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBackend, SearchTool
 from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
+from venus_edge.tools.web_search import SearchAttempt
 
 
 class MergedSearchBackend:
     """Search several backends (corpora, the web); hits are interleaved by rank (1st of each, then 2nd of each).
 
-    A backend that fails is left out of the merge while another one answers; when all fail, the first error is
-    raised (``SearchTool`` shows it as a failed search). The ``attempts`` of backends that keep a log (the web
-    backend) are gathered into this backend's own ``attempts``, so ``SearchTool`` reports them as usual.
+    A backend that fails is left out of the merge while another one answers, and its failure is logged as an
+    ``error`` attempt; when all fail, the first error is raised (``SearchTool`` shows it as a failed search). The
+    ``attempts`` of backends that keep a log (the web backend) are gathered into this backend's own
+    ``attempts`` as well, so ``SearchTool`` reports them all as ``tool_attempt`` events.
     """
 
     def __init__(self, backends: Sequence[SearchBackend]) -> None:
         if not backends:
             raise ValueError("MergedSearchBackend needs at least one backend")
         self.backends = list(backends)
-        self.attempts: list[object] = []
+        self.attempts: list[SearchAttempt] = []
 
     def search(self, query: str, k: int) -> list[Hit]:
         ranked, errors = [], []
@@ -34,9 +36,12 @@ class MergedSearchBackend:
             log = getattr(backend, "attempts", None)
             seen = len(log) if isinstance(log, list) else 0
             try:
-                ranked.append(backend.search(query, k))
+                ranked.append(list(backend.search(query, k)))
             except Exception as exc:  # one backend down (the web rate-limited): the others still answer
                 errors.append(exc)
+                if not isinstance(log, list):  # a backend with a log has logged its own failure
+                    detail = f"{type(exc).__name__}: {exc}"
+                    self.attempts.append(SearchAttempt(query, type(backend).__name__, "error", detail))
             if isinstance(log, list):
                 self.attempts.extend(log[seen:])
         if errors and not ranked:
@@ -94,7 +99,13 @@ def default_tools(
         return [ReplayTool("search", SEARCH_SCHEMA, replay_dir), ReplayTool("visit", VISIT_SCHEMA, replay_dir)]
     if not corpora and not web:
         raise ValueError("search needs a corpus folder, the web (web=True) or a recording to replay (replay_dir)")
-    opened = [Corpus.open(folder) for folder in corpora]
+    opened: list[Corpus] = []
+    for folder in corpora:
+        corpus = Corpus.open(folder)
+        base, suffix = corpus.name, 2
+        while corpus.name in {c.name for c in opened}:  # two folders called "docs": the second is docs-2
+            corpus.name, suffix = f"{base}-{suffix}", suffix + 1
+        opened.append(corpus)
     backends: list[SearchBackend] = [CorpusSearchBackend(corpus) for corpus in opened]
     if web:
         from venus_edge.tools.web_search import INSTALL_HINT, DdgsSearchBackend

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from venus_edge.tools.corpus import Corpus, DocumentNotFoundError, EmptyCorpusError, IndexStats, make_snippet
+from venus_edge.tools.corpus import (
+    Corpus,
+    DocumentNotFoundError,
+    EmptyCorpusError,
+    IndexStats,
+    UnreadableDocumentError,
+    make_snippet,
+)
 from venus_edge.tools.visit import VisitTool
 
 
@@ -146,7 +153,7 @@ def test_pdfs_are_indexed_read_and_broken_ones_skipped(tmp_path: Path, pdf_sampl
     assert hits[0].title == "Field report on sample KX-7 (draft)"
     document = corpus.read(hits[0].url)
     assert document.content_type == "application/pdf" and "412 kelvin" in document.html_or_text
-    with pytest.raises(DocumentNotFoundError, match="broken.pdf"):
+    with pytest.raises(UnreadableDocumentError, match="broken.pdf cannot be read: the PDF could not be read"):
         corpus.read("corpus://papers/broken.pdf")
 
     # visit reads the PDF's second page for the goal, and a PDF broken after indexing is a typed failure
@@ -185,3 +192,45 @@ def test_folder_of_only_unreadable_files_is_an_empty_corpus(tmp_path: Path) -> N
     (tmp_path / "a.pdf").write_bytes(b"%PDF-1.4 broken")
     with pytest.raises(EmptyCorpusError, match="a.pdf"):
         Corpus.open(tmp_path, index_dir=tmp_path / "index")
+
+
+def test_links_pipes_and_odd_file_names_do_not_break_the_corpus(tmp_path: Path) -> None:
+    """A dangling link and a FIFO named like documents are passed over; a file name that is not UTF-8 gets a URL
+    that reads back."""
+    folder = tmp_path / "c#notes"
+    folder.mkdir()
+    (folder / "good.md").write_text("# Good\n\nThe frobnicator is here.\n", encoding="utf-8")
+    (folder / "dead.txt").symlink_to(tmp_path / "nowhere.txt")
+    os.mkfifo(folder / "pipe.txt")
+    odd = os.fsencode(folder) + b"/caf\xe9.txt"
+    with open(odd, "wb") as out:
+        out.write(b"Cafe notes\n\nThe frobnicator also visits the cafe.\n")
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index")
+    assert corpus.name == "c-notes" and len(corpus) == 2
+    urls = sorted(hit.url for hit in corpus.search("frobnicator"))
+    assert urls == ["corpus://c-notes/caf%E9.txt", "corpus://c-notes/good.md"]
+    assert "visits the cafe" in corpus.read(urls[0]).html_or_text
+    with pytest.raises(ValueError, match="URL host"):
+        Corpus.open(folder, index_dir=tmp_path / "index", name="bad name")
+
+
+def test_a_damaged_or_unwritable_cache_never_stops_the_corpus(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\nkeyword{i} lives here\n", encoding="utf-8")
+    index = tmp_path / "index"
+    Corpus.open(folder, index_dir=index)
+    lines = (index / "documents.jsonl").read_text(encoding="utf-8").splitlines()
+    (index / "documents.jsonl").write_text("\n".join(lines[:1] + lines[2:]) + "\n", encoding="utf-8")  # one lost
+    reopened = Corpus.open(folder, index_dir=index)
+    assert not reopened.loaded_from_cache
+    assert [hit.url for hit in reopened.search("keyword3")] == ["corpus://notes/n3.md"]
+    for array in (index / "bm25").glob("*.npy"):
+        array.write_bytes(b"")
+    assert [hit.url for hit in Corpus.open(folder, index_dir=index).search("keyword1")] == ["corpus://notes/n1.md"]
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder should be", encoding="utf-8")
+    corpus = Corpus.open(folder, index_dir=blocked / "index")
+    assert len(corpus) == 4 and "could not be saved" in caplog.text

@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 
 import venus_edge.tools as tools
-from venus_edge.tools.passages import approx_tokens, extract_passages, first_sentences, select_passages, split_passages
+from venus_edge.tools.passages import (
+    approx_tokens,
+    extract_passages,
+    first_sentences,
+    is_script_shell,
+    select_passages,
+    split_passages,
+)
 
 
 def test_real_page_gives_paragraph_passages(docs_root: Path) -> None:
@@ -68,3 +75,17 @@ def test_tools_never_import_the_runtime() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_script_shell_detection_keeps_pages_rendered_without_javascript() -> None:
+    scripts = "<script src='/app.js'></script>"
+    shell = f"<html><head><title>App</title>{scripts}</head><body><noscript>Enable JavaScript.</noscript>" \
+            "<div id='root'></div></body></html>"
+    article = "The measured boiling point was 412 kelvin at sea level. " * 5
+    noscript_article = f"<html><body>{scripts}<noscript><p>{article}</p></noscript><div id=root></div></body></html>"
+    shadow = f"<html><body>{scripts}<my-card><template shadowrootmode='open'><p>{article}</p></template>" \
+             "</my-card></body></html>"
+    short_article = f"<html><body>{scripts}<p>Short note: the meeting moved to 3 pm.</p></body></html>"
+    assert is_script_shell(shell)
+    assert not any(is_script_shell(page) for page in (noscript_article, shadow, short_article))
+    assert not is_script_shell("<html><body><div id=root></div></body></html>"), "no scripts: simply empty"
