@@ -3,7 +3,8 @@
 A ``Corpus`` is the offline stand-in for the web (``../shared/TEST_MODELS.md``, "Real documents for offline
 research"). Every document gets a URL the model can pass to ``visit``: ``corpus://{name}/{relative/path}``.
 
-Indexing is a cheap text pass (lxml ``text_content`` of the page's main region, not trafilatura, which takes
+Terms are lower-cased, English stop words dropped and words stemmed (Snowball, PyStemmer), in the index and
+in queries alike. Indexing is a cheap text pass (lxml ``text_content`` of the page's main region, not trafilatura, which takes
 ~70 s on the 530 pages of the Python docs; pypdf for PDF files) followed by a bm25s index. The index, the
 extracted texts and a manifest of the files (relative path, mtime in ns, size in bytes) are saved under
 ``index_dir``. A later ``Corpus.open`` of an unchanged folder loads them instead of re-indexing; after a change
@@ -30,6 +31,7 @@ Errors::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -43,6 +45,7 @@ from typing import Iterator, Sequence
 from urllib.parse import quote, unquote, urlsplit
 
 import bm25s
+import Stemmer
 import lxml.html
 from lxml import etree
 
@@ -58,7 +61,7 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 2
+INDEX_FORMAT_VERSION = 3
 SNIPPET_CHARS = 240
 _TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
@@ -222,7 +225,7 @@ class Corpus:
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
         """Return up to ``k`` documents for ``query``, best first; ``[]`` when no query term is indexed."""
-        terms = _query_terms(query)
+        terms = _query_terms(query, stem=True)
         known = [term for term in terms if term in self._retriever.vocab_dict]
         if not known or k <= 0:
             return []
@@ -233,7 +236,8 @@ class Corpus:
             if score <= 0:
                 continue
             entry = self._entries[int(doc_id)]
-            hits.append(Hit(entry.title, self.url_for(entry.path), make_snippet(entry.text, terms)))
+            words = list(dict.fromkeys([*_query_terms(query, stem=False), *terms]))  # a stem is not always a prefix
+            hits.append(Hit(entry.title, self.url_for(entry.path), make_snippet(entry.text, words)))
         return hits
 
     def read(self, url: str) -> Document:
@@ -325,6 +329,7 @@ def _build_index(root: Path, name: str, manifest: dict, saved: dict[str, _Entry]
         [f"{entry.title}\n{entry.text}" for entry in readable],
         token_pattern=_TOKEN_PATTERN,
         stopwords=_STOPWORDS,
+        stemmer=_stemmer(),
         show_progress=False,
     )
     retriever = bm25s.BM25()
@@ -448,9 +453,20 @@ def _plain_title(source: str, *, markdown: bool) -> str:
     return ""
 
 
-def _query_terms(query: str) -> list[str]:
+@functools.cache
+def _stemmer() -> Stemmer.Stemmer:
+    """The English Snowball stemmer (PyStemmer), so "herds" and "herd" are one term in the index and queries."""
+    return Stemmer.Stemmer("english")
+
+
+def _query_terms(query: str, *, stem: bool) -> list[str]:
     tokens = bm25s.tokenize(
-        query, token_pattern=_TOKEN_PATTERN, stopwords=_STOPWORDS, return_ids=False, show_progress=False
+        query,
+        token_pattern=_TOKEN_PATTERN,
+        stopwords=_STOPWORDS,
+        stemmer=_stemmer() if stem else None,
+        return_ids=False,
+        show_progress=False,
     )
     return list(dict.fromkeys(tokens[0])) if tokens else []
 

@@ -234,3 +234,14 @@ def test_a_damaged_or_unwritable_cache_never_stops_the_corpus(tmp_path: Path, ca
     blocked.write_text("a file where the cache folder should be", encoding="utf-8")
     corpus = Corpus.open(folder, index_dir=blocked / "index")
     assert len(corpus) == 4 and "could not be saved" in caplog.text
+
+
+def test_search_matches_other_forms_of_a_word(tmp_path: Path) -> None:
+    """Stemming: a query for "herd" finds "herds", "giraffe" finds "giraffes", and the snippet shows the word."""
+    (tmp_path / "zoo.md").write_text("# Zoo\n\nThe giraffes graze in large herds near the river.\n", encoding="utf-8")
+    (tmp_path / "other.md").write_text("# Other\n\nNothing about animals at all.\n", encoding="utf-8")
+    corpus = Corpus.open(tmp_path, index_dir=tmp_path / "index", name="zoo")
+    for query in ("herd", "giraffe", "grazing giraffe herd"):
+        hits = corpus.search(query)
+        assert [hit.url for hit in hits] == ["corpus://zoo/zoo.md"], query
+        assert "giraffes graze in large herds" in hits[0].snippet
