@@ -384,8 +384,9 @@ def test_the_total_time_limit_holds_across_redirects_and_dripped_headers(server_
         after_hops = time.monotonic()
         drip = tool({"url": f"{server_url}/drip", "goal": "g"})
         after_drip = time.monotonic()
-    assert [f.kind for f in hops.failures] == ["timeout"] and after_hops - start < 1.0 + 0.4 + 0.5
-    assert [f.kind for f in drip.failures] == ["timeout"] and after_drip - after_hops < 1.0 + READ_GRACE_S + 0.5
+    # Unbounded, the 20 hops would take 8 s and the drip 20 s; the margins allow for a loaded machine.
+    assert [f.kind for f in hops.failures] == ["timeout"] and after_hops - start < 1.0 + 0.4 + 2.0
+    assert [f.kind for f in drip.failures] == ["timeout"] and after_drip - after_hops < 1.0 + READ_GRACE_S + 2.0
 
 
 def test_a_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
