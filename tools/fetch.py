@@ -28,8 +28,8 @@ Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``Tool
     └── not_text             a content type or body that is not text (images, binary), or an unreadable PDF
 
 A PDF (declared as ``application/pdf``, or an ``application/octet-stream`` or untyped body starting with
-``%PDF-``) is read in full within the same limits and returned as its text (``pdf.pdf_text``), with the content
-type ``application/pdf``.
+``%PDF-``) is read in full within the same limits and returned as its text, extracted in a child process that
+is stopped at the fetch's deadline (``pdf.pdf_text_isolated``), with the content type ``application/pdf``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
-from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pdf_text
+from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pdf_text_isolated
 
 DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
 TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
@@ -345,7 +345,8 @@ def _read_response(response: httpx.Response, url: str, limits: FetchLimits, dead
     body = _read_capped(response, url, limits, deadline)
     if content_type in PDF_CONTENT_TYPES or (content_type in _SNIFFED_TYPES and looks_like_pdf(body[:_SNIFF_BYTES])):
         try:
-            return FetchedPage(str(response.url), PDF_CONTENT_TYPES[0], pdf_text(body))
+            text = pdf_text_isolated(body, timeout_s=max(1.0, deadline - time.monotonic()))
+            return FetchedPage(str(response.url), PDF_CONTENT_TYPES[0], text)
         except PdfError as exc:
             raise FetchError("not_text", url, str(exc)) from None
     if content_type and not _is_text_type(content_type):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+import zlib
+
 import httpx
 import pytest
 
 from venus_edge.tools import FetchError, FetchLimits, VisitTool
 from venus_edge.tools.fetch import fetch_page
-from venus_edge.tools.pdf import PdfError, looks_like_pdf, pdf_text
+from venus_edge.tools.pdf import PdfError, looks_like_pdf, pdf_text, pdf_text_isolated
 from venus_edge.tools.visit import UNREADABLE_EVIDENCE
 
 EVIDENCE = "The measured boiling point of the sample was 412 kelvin at sea level pressure (the (corrected) value)."
@@ -57,3 +60,46 @@ def test_pdf_text_limits_pages_and_rejects_non_pdfs(server_url: str) -> None:
     assert pdf_text(data, max_pages=1).endswith("until the measurements began in April.")
     with pytest.raises(PdfError, match="could not be read"):
         pdf_text(b"<html>not a pdf</html>")
+
+
+def _slow_pdf(operators: int) -> bytes:
+    """A valid one-page PDF whose compressed content stream holds ``operators`` text operators: a few KB that
+    keep pypdf busy for seconds."""
+    content = zlib.compress(b"BT /F1 12 Tf 72 720 Td " + b"(walrus) Tj 0 -1 Td " * operators + b"ET", 9)
+    bodies = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+        b"/Contents 5 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(content), content),
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(bodies, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(bodies) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(bodies) + 1, xref)
+    return bytes(out)
+
+
+def test_a_pdf_that_is_slow_to_read_is_stopped_at_the_deadline() -> None:
+    """The PDF is read in a child process that is killed at the fetch's deadline; the text of a small one of
+    the same shape comes back whole."""
+    assert pdf_text_isolated(_slow_pdf(3), timeout_s=30) == "walrus" * 3
+    slow = _slow_pdf(300_000)
+    assert len(slow) < 20_000
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"Content-Type": "application/pdf"}, content=slow)
+
+    limits = FetchLimits(total_timeout_s=2.0)
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        start = time.monotonic()
+        with pytest.raises(FetchError) as info:
+            fetch_page(client, "http://93.184.216.34/slow.pdf", limits, resolve=lambda host, port: [host])
+    assert info.value.kind == "not_text" and "took longer than" in info.value.detail
+    assert time.monotonic() - start < 2.0 + 3.0, "stopped near the deadline, not after pypdf finished"
