@@ -49,6 +49,7 @@ import Stemmer
 import lxml.html
 from lxml import etree
 
+from venus_edge.tools.passages import CJK_CHARS, WORD_PATTERN
 from venus_edge.tools.pdf import PdfError, pdf_text
 
 URL_SCHEME = "corpus"
@@ -61,9 +62,9 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 3
+INDEX_FORMAT_VERSION = 4
 SNIPPET_CHARS = 240
-_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+_TOKEN_PATTERN = WORD_PATTERN
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 logger = logging.getLogger(__name__)
 _STOPWORDS = "en"
@@ -490,7 +491,9 @@ def make_snippet(text: str, terms: Sequence[str], width_chars: int = SNIPPET_CHA
 
 
 def _best_window_start(text: str, terms: Sequence[str], width_chars: int) -> int:
-    pattern = re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")", re.IGNORECASE)
+    # A word term starts at a word boundary; a CJK character has none inside a run of CJK text.
+    alternatives = [re.escape(t) if re.match(f"[{CJK_CHARS}]", t) else rf"\b{re.escape(t)}" for t in terms]
+    pattern = re.compile("(" + "|".join(alternatives) + ")", re.IGNORECASE)
     matches = [(m.start(), m.group(1).lower()) for _, m in zip(range(5000), pattern.finditer(text))]
     if not matches:
         return 0

@@ -33,7 +33,11 @@ _QUESTION_WORDS = (
     "how", "what", "when", "where", "which", "who", "whom", "why", "does", "do", "did", "can", "could", "should", "would"
 )
 _STOPWORDS = frozenset(STOPWORDS_EN) | frozenset(_QUESTION_WORDS)
-_WORD = re.compile(r"\w\w+")
+# Ideographs, kana and hangul are written without spaces: each character is a term (unigrams), so a Chinese
+# goal or query matches a Chinese page. Elsewhere a term is a run of 2+ word characters.
+CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+WORD_PATTERN = rf"(?u)[{CJK_CHARS}]|(?:(?![{CJK_CHARS}])\w){{2,}}"
+_WORD = re.compile(WORD_PATTERN)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 TokenCounter = Callable[[str], int]
@@ -173,7 +177,8 @@ def _pack(units: list[str], separator: str, max_chars: int) -> list[str]:
 
 
 def terms(text: str) -> list[str]:
-    """Lower-case words of 2+ characters without English stop words (the bm25s list) and question words."""
+    """Lower-case terms (``WORD_PATTERN``: words of 2+ characters, single CJK characters) without English stop
+    words (the bm25s list) and question words."""
     return [word for word in _WORD.findall(text.lower()) if word not in _STOPWORDS]
 
 

@@ -192,7 +192,7 @@ class _Progress:
             if event.outcome == "ok" and not event.waited_s:
                 return None  # only trouble and waits get a line; the call's result line follows
             waited = f", waited {event.waited_s:.1f} s" if event.waited_s else ""
-            return f"  {event.name}: {event.backend} {event.outcome} ({event.detail[:120]}){waited}"
+            return f"  {event.name}: {event.backend} {event.outcome} ({event.detail[:240]}){waited}"
         if isinstance(event, ToolReturned):
             kinds = ", ".join(sorted({failure["kind"] for failure in event.failures}))
             failed = f", {len(event.failures)} failed ({kinds})" if event.failures else ""

@@ -240,3 +240,13 @@ def test_search_matches_other_forms_of_a_word(tmp_path: Path) -> None:
         hits = corpus.search(query)
         assert [hit.url for hit in hits] == ["corpus://zoo/zoo.md"], query
         assert "giraffes graze in large herds" in hits[0].snippet
+
+
+def test_chinese_documents_answer_chinese_queries(tmp_path: Path) -> None:
+    """CJK text has no spaces: each character is a term, so a Chinese query finds the Chinese page."""
+    (tmp_path / "toml.md").write_text("# tomllib\n\ntomllib 模块在 Python 3.11 中被添加，用于解析 TOML 文件。\n", encoding="utf-8")
+    (tmp_path / "pickle.md").write_text("# pickle\n\npickle 模块的默认协议版本是 4。\n", encoding="utf-8")
+    corpus = Corpus.open(tmp_path, index_dir=tmp_path / "index", name="zh")
+    first = corpus.search("哪个版本添加了 tomllib 模块", k=1)[0]
+    assert first.url == "corpus://zh/toml.md" and "被添加" in first.snippet
+    assert corpus.search("默认协议", k=1)[0].url == "corpus://zh/pickle.md"

@@ -89,3 +89,13 @@ def test_script_shell_detection_keeps_pages_rendered_without_javascript() -> Non
     assert is_script_shell(shell)
     assert not any(is_script_shell(page) for page in (noscript_article, shadow, short_article))
     assert not is_script_shell("<html><body><div id=root></div></body></html>"), "no scripts: simply empty"
+
+
+def test_a_chinese_goal_selects_the_chinese_passage() -> None:
+    passages = [
+        "本页介绍 Python 标准库中的许多模块，以及它们的历史和用途，内容很长。" * 3,
+        "pickle 模块的默认协议版本是 4，这个版本在 Python 3.8 中成为默认值。",
+        "其他无关的段落，讨论天气和交通情况，与问题没有关系。" * 3,
+    ]
+    kept = select_passages(passages, "pickle 的默认协议是什么版本", budget_tokens=20)
+    assert kept == [passages[1]]
