@@ -252,3 +252,22 @@ def test_default_context_is_the_training_context_capped_at_32k(smollm2_gguf, tin
     assert _n_ctx_train(tiny_qwen3_gguf) >= 1
     with LlamaCppEngine(tiny_qwen3_gguf) as engine:
         assert engine.n_ctx == min(_n_ctx_train(tiny_qwen3_gguf), DEFAULT_N_CTX)
+
+
+def test_messages_starting_with_newlines_keep_the_hf_ids(tiny_engine, hf_tokenizer):
+    """A question or observation that starts with a newline: the markup's "\\n" and the content's merge into one
+    token in training data, so benign contents are tokenized whole."""
+    from venus_edge.agent import Agent
+    from venus_edge.testing import answer_turn, tool_call_turn
+    from venus_edge.tools.base import ToolResult
+
+    class Page:
+        name, schema = _HostilePage.name, _HostilePage.schema
+
+        def __call__(self, arguments):
+            return ToolResult("\n\n  indented page text\n")
+
+    engine = _scripted_on(tiny_engine, [tool_call_turn("visit", url=["u"], goal="g"), answer_turn("done")])
+    result = Agent(engine, [Page()]).run("\nWhat is tomllib?")
+    rendered = protocol.render_messages(result.messages[:-1])
+    assert engine.prompt_ids == hf_tokenizer.encode(rendered, add_special_tokens=False).ids

@@ -141,3 +141,20 @@ def test_two_folders_with_the_same_name_get_distinct_corpus_names(tmp_path) -> N
     urls = [hit["url"] for block in json.loads(search({"query": ["widget"]}).text) for hit in block["web_page_info_list"]]
     assert sorted(urls) == ["corpus://docs-2/note.md", "corpus://docs/note.md"]
     assert visit({"url": ["corpus://docs-2/note.md"], "goal": "widget"}).visited_urls == ("corpus://docs-2/note.md",)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--corpus", "EMPTY"], "no readable documents"),
+        (["--corpus", "DOCS", "--allow-network", "10.0.0.0/33"], "10.0.0.0/33"),
+    ],
+)
+def test_cli_reports_tool_errors_before_loading_a_model(flags, message, tmp_path, docs_corpus, capsys) -> None:
+    from venus_edge.cli import EXIT_ERROR, main
+
+    (tmp_path / "empty").mkdir()
+    flags = [{"EMPTY": str(tmp_path / "empty"), "DOCS": str(docs_corpus)}.get(flag, flag) for flag in flags]
+    assert main(["research", "q", "--model", "/nonexistent/model.gguf", *flags]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert message in err and "model" not in err, err

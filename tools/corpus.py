@@ -62,11 +62,12 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 4
+INDEX_FORMAT_VERSION = 5
 SNIPPET_CHARS = 240
 _TOKEN_PATTERN = WORD_PATTERN
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 logger = logging.getLogger(__name__)
+_UTF8_HTML_PARSER = lxml.html.HTMLParser(encoding="utf-8")
 _STOPWORDS = "en"
 
 
@@ -433,8 +434,8 @@ def extract_title_and_text(source: str, path: Path) -> tuple[str, str]:
 
 
 def _html_title_and_text(source: str) -> tuple[str, str]:
-    try:
-        tree = lxml.html.document_fromstring(source.encode("utf-8"))
+    try:  # the text is already decoded: tell lxml its UTF-8 bytes are UTF-8 (it assumes Latin-1 without a meta)
+        tree = lxml.html.document_fromstring(source.encode("utf-8"), parser=_UTF8_HTML_PARSER)
     except (etree.ParserError, ValueError):
         return "", ""
     for node in tree.xpath("//script|//style|//noscript|//template"):

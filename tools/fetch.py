@@ -11,9 +11,9 @@ whose httpcore network backend resolves the host with the same resolver, applies
 to the addresses it just checked. A DNS server that answers with a public address for the check and a private
 one for the connection (DNS rebinding) is therefore refused, and the connection never uses an address that was
 not checked. TLS still verifies the certificate against the host name (httpcore sends it as SNI). ``visit``
-builds its client on this transport, unless the environment names a proxy (``environment_proxies``): then the
-proxy resolves and connects, so only the per-hop check applies. A client passed in by the caller keeps its own
-transport (and the per-hop check).
+builds its client on this transport. Requests that go through a proxy from the environment (``proxy_mounts``)
+are resolved and connected by the proxy, so only the per-hop check applies to them. A client passed in by the
+caller keeps its own transport (and the per-hop check).
 
 Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``ToolFailure``::
 
@@ -52,6 +52,7 @@ from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pd
 DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
 TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
+_GZIP_MAGIC = b"\x1f\x8b"
 # Only encodings that ``_read_capped`` decompresses under the byte cap.
 ACCEPT_ENCODING = "gzip, deflate"
 BLOCKED_STATUSES = {
@@ -262,6 +263,26 @@ def environment_proxies() -> dict[str, str]:
     return {scheme: proxies[scheme] for scheme in ("http", "https", "all") if proxies.get(scheme)}
 
 
+def proxy_mounts() -> dict[str, httpx.BaseTransport | None]:
+    """httpx ``mounts`` for the environment's proxies: a proxy transport per proxied scheme, and ``None`` (the
+    client's own transport) for each ``NO_PROXY`` host. Requests that no proxy carries stay on the client's
+    transport, so with ``checked_transport`` they keep the connect-time address check.
+    """
+    proxies = environment_proxies()
+    mounts: dict[str, httpx.BaseTransport | None] = {}
+    for scheme in ("http", "https"):
+        if proxy := proxies.get(scheme) or proxies.get("all"):
+            mounts[f"{scheme}://"] = httpx.HTTPTransport(proxy=proxy)
+    for host in filter(None, (h.strip() for h in urllib.request.getproxies().get("no", "").split(","))):
+        if host == "*":
+            return {}
+        pattern = host if "://" in host else f"all://*{host}" if host.startswith(".") else f"all://{host}"
+        mounts[pattern] = None
+        if "://" not in host and not host.startswith("."):
+            mounts[f"all://*.{host}"] = None  # a domain covers its subdomains, as curl does
+    return mounts
+
+
 def checked_transport(
     *,
     allow_private: bool = False,
@@ -333,7 +354,8 @@ def fetch_page(
 
 def _read_response(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> FetchedPage:
     if response.status_code in BLOCKED_STATUSES:
-        raise FetchError("blocked", url, f"HTTP status {response.status_code}: {BLOCKED_STATUSES[response.status_code]}")
+        reason = BLOCKED_STATUSES[response.status_code]
+        raise FetchError("blocked", url, f"HTTP status {response.status_code}: {reason}")
     if response.status_code >= 400:
         raise FetchError("http_error", url, f"HTTP status {response.status_code}")
     content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -368,10 +390,11 @@ def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadli
     encodings = [e for e in encodings if e != "identity"]
     if len(encodings) > 1 or (encodings and encodings[0] not in ("gzip", "x-gzip", "deflate")):
         raise FetchError("not_text", url, f"content encoding {', '.join(encodings)!r} is not read (gzip or deflate)")
-    inflater = zlib.decompressobj(zlib.MAX_WBITS | 32) if encodings else None  # 32: a gzip or zlib header
+    encoding = encodings[0] if encodings else ""
+    inflater = None
     stream: Iterable[bytes] = response.iter_raw()
     if response.is_stream_consumed:  # a response built with its content (httpx.MockTransport): already decoded
-        stream, inflater = [response.content], None
+        stream, encoding = [response.content], ""
     chunks, size = [], 0
     try:
         for raw in stream:
@@ -379,11 +402,17 @@ def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadli
                 raise FetchError("timeout", url, f"fetch took longer than total_timeout_s {limits.total_timeout_s}")
             pending = raw
             while pending:
-                if inflater is None:
+                if not encoding:
                     piece, pending = pending, b""
                 else:
+                    if inflater is not None and inflater.eof:
+                        if not pending.startswith(_GZIP_MAGIC) or encoding == "deflate":
+                            break  # bytes after the end of the stream are ignored, as browsers do
+                        inflater = None  # another gzip member follows (RFC 1952 allows several)
+                    if inflater is None:
+                        inflater = zlib.decompressobj(_wbits(encoding, pending))
                     piece = inflater.decompress(pending, limits.max_bytes - size + 1)
-                    pending = inflater.unconsumed_tail
+                    pending = inflater.unconsumed_tail or (inflater.unused_data if inflater.eof else b"")
                 size += len(piece)
                 if size > limits.max_bytes:
                     raise FetchError("too_large", url, f"body exceeds max_bytes {limits.max_bytes} (decoded)")
@@ -393,8 +422,16 @@ def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadli
             if size + len(chunks[-1]) > limits.max_bytes:
                 raise FetchError("too_large", url, f"body exceeds max_bytes {limits.max_bytes} (decoded)")
     except zlib.error as exc:
-        raise FetchError("not_text", url, f"the {encodings[0]} body cannot be decoded: {exc}") from None
+        raise FetchError("not_text", url, f"the {encoding} body cannot be decoded: {exc}") from None
     return b"".join(chunks)
+
+
+def _wbits(encoding: str, head: bytes) -> int:
+    """zlib's window bits for a body: gzip; deflate with a zlib header (RFC 1950) or raw (RFC 1951), as sent."""
+    if encoding in ("gzip", "x-gzip"):
+        return 16 + zlib.MAX_WBITS
+    zlib_header = len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
+    return zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
 
 
 def _is_text_type(content_type: str) -> bool:

@@ -35,7 +35,7 @@ _QUESTION_WORDS = (
 _STOPWORDS = frozenset(STOPWORDS_EN) | frozenset(_QUESTION_WORDS)
 # Ideographs, kana and hangul are written without spaces: each character is a term (unigrams), so a Chinese
 # goal or query matches a Chinese page. Elsewhere a term is a run of 2+ word characters.
-CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0003134f"
 WORD_PATTERN = rf"(?u)[{CJK_CHARS}]|(?:(?![{CJK_CHARS}])\w){{2,}}"
 _WORD = re.compile(WORD_PATTERN)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -53,18 +53,24 @@ def pdf_text(data: bytes, *, max_pages: int = DEFAULT_MAX_PAGES) -> str:
 def pdf_text_isolated(data: bytes, *, timeout_s: float, max_pages: int = DEFAULT_MAX_PAGES) -> str:
     """``pdf_text`` in a child process that is killed after ``timeout_s`` seconds (about 0.5 s of start-up).
 
-    In a frozen application (no Python interpreter to start) it falls back to ``pdf_text`` in process.
+    The child gets this process's ``sys.path``, so it imports the same ``venus_edge`` whatever its working
+    folder. Without an interpreter to start (a frozen application) it falls back to ``pdf_text`` in process.
 
     Raises:
-        PdfError: what ``pdf_text`` raises, or the reading took longer than ``timeout_s``.
+        PdfError: what ``pdf_text`` raises, the reading took longer than ``timeout_s``, or the child failed.
     """
-    if getattr(sys, "frozen", False):
+    if getattr(sys, "frozen", False) or not sys.executable:
         return pdf_text(data, max_pages=max_pages)
-    command = [sys.executable, "-c", f"from venus_edge.tools.pdf import _child_main; _child_main({int(max_pages)})"]
+    code = (
+        f"import sys; sys.path[:] = {sys.path!r}; "
+        f"from venus_edge.tools.pdf import _child_main; _child_main({int(max_pages)})"
+    )
     try:
-        done = subprocess.run(command, input=data, capture_output=True, timeout=timeout_s, check=False)
+        done = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise PdfError(f"reading the PDF took longer than {timeout_s:.1f} s; stopped") from None
+    except OSError as exc:  # the interpreter cannot be started
+        raise PdfError(f"the PDF reader process could not start: {exc}") from None
     if done.returncode == _EXIT_PDF_ERROR:
         raise PdfError(done.stdout.decode("utf-8", "replace").strip())
     if done.returncode != 0:

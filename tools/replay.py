@@ -117,6 +117,12 @@ class RecordingTool:
         self.cache.put(self.name, normalized, result)
         return result
 
+    def close(self) -> None:
+        """Close the live tool, if it has anything to close (visit's HTTP client)."""
+        close = getattr(self.tool, "close", None)
+        if callable(close):
+            close()
+
 
 class ReplayTool:
     """Answer calls of tool ``name`` from the records in ``cache_dir`` only; nothing live is called.

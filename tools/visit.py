@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import queue
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
@@ -45,8 +44,8 @@ from venus_edge.tools.fetch import (
     FetchLimits,
     Resolver,
     checked_transport,
-    environment_proxies,
     fetch_page,
+    proxy_mounts,
     resolve_host,
 )
 from venus_edge.tools.passages import (
@@ -85,7 +84,7 @@ DEFAULT_EXTRACTIVE_BUDGET_TOKENS = 1200
 DEFAULT_COMPLETER_MAX_TOKENS = 1500
 DEFAULT_COMPLETER_ATTEMPTS = 3
 DEFAULT_MAX_CONCURRENT_READS = 4
-# Seconds a read may run past total_timeout_s before visit stops waiting for it.
+# Seconds a read may run past total_timeout_s, from its own start, before visit stops waiting for it.
 READ_GRACE_S = 2.0
 # Below this much extracted text an HTML page is checked for being a JavaScript shell.
 _SHELL_CHECK_CHARS = 500
@@ -129,9 +128,9 @@ class VisitTool:
     Args:
         corpora (`Sequence[Corpus]`): local corpora whose ``corpus://{name}/...`` URLs can be visited.
         http_client (`httpx.Client`, optional): used for http(s) URLs; redirects are followed by the tool, not the
-            client. Default: a client on ``fetch.checked_transport`` (addresses checked again at connect time) or,
-            when the environment names an HTTP proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``), a client
-            that goes through it; created on first use and closed by ``close()``.
+            client. Default: a client on ``fetch.checked_transport`` (addresses checked again at connect time), with
+            the environment's proxies mounted for the schemes they carry (``fetch.proxy_mounts``); created on first
+            use and closed by ``close()``.
         completer (`TextCompleter`, optional): the local model that writes evidence and summary; extractive
             output without it.
         limits (`FetchLimits`): time, size and redirect limits of a fetch.
@@ -228,28 +227,38 @@ class VisitTool:
     def _read_all(self, urls: list[str]) -> list[tuple[PageText | None, ToolFailure | None]]:
         """``_read`` of every URL, in the order given, up to ``max_concurrent_reads`` in flight at once.
 
-        A read still running past its share of time (``total_timeout_s`` per round of concurrent reads, plus
-        ``READ_GRACE_S``) is reported as a ``timeout`` and left behind: fetch limits bound each wait, but a server
-        that drips its headers byte by byte, or a PDF that is slow to parse, would otherwise hold the call.
+        A read still running ``total_timeout_s`` plus ``READ_GRACE_S`` after it started is reported as a
+        ``timeout`` and left behind, and its slot goes to the next URL: fetch limits bound each wait, but a server
+        that drips its headers byte by byte, or a PDF that is slow to parse, would otherwise hold the call. A read
+        left behind ends with its own limits, or when ``close()`` closes the client under it.
         """
-        if not urls:
-            return []
-        workers = min(len(urls), self.max_concurrent_reads)
-        pool = ThreadPoolExecutor(workers, thread_name_prefix="visit")
-        try:
-            futures = [pool.submit(self._read, url) for url in urls]
-            rounds = -(-len(urls) // workers)
-            deadline = time.monotonic() + rounds * self.limits.total_timeout_s + READ_GRACE_S
-            results = []
-            for url, future in zip(urls, futures):
-                try:
-                    results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
-                except FutureTimeout:
-                    detail = f"not read within total_timeout_s {self.limits.total_timeout_s} s; abandoned"
-                    results.append((None, ToolFailure("timeout", url, detail)))
-            return results
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+        results: list[tuple[PageText | None, ToolFailure | None]] = [(None, None)] * len(urls)
+        waiting = list(enumerate(urls))
+        running: dict[int, float] = {}  # index -> deadline
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+
+        def read(index: int, url: str) -> None:
+            finished.put((index, self._read(url)))
+
+        while waiting or running:
+            while waiting and len(running) < self.max_concurrent_reads:
+                index, url = waiting.pop(0)
+                running[index] = time.monotonic() + self.limits.total_timeout_s + READ_GRACE_S
+                # A daemon thread: a read left behind never keeps the process alive at exit.
+                threading.Thread(target=read, args=(index, url), name="visit-read", daemon=True).start()
+            try:
+                index, result = finished.get(timeout=max(0.0, min(running.values()) - time.monotonic()))
+                if index in running:
+                    results[index] = result
+                    del running[index]
+            except queue.Empty:
+                pass
+            for index, deadline in list(running.items()):
+                if time.monotonic() >= deadline:
+                    detail = f"not read within total_timeout_s {self.limits.total_timeout_s} s; left behind"
+                    results[index] = (None, ToolFailure("timeout", urls[index], detail))
+                    del running[index]
+        return results
 
     def _read(self, url: str) -> tuple[PageText | None, ToolFailure | None]:
         """Read one URL into passages, or say why not; never raises (one bad page must not sink the call)."""
@@ -301,14 +310,15 @@ class VisitTool:
     def _http(self) -> httpx.Client:
         with self._client_lock:  # reads run in threads; one client (and connection pool) for all
             if self._client is None:
-                headers = {"User-Agent": DEFAULT_USER_AGENT}
-                if environment_proxies():  # the proxy resolves and connects: keep it, with the per-hop check
-                    self._client = httpx.Client(headers=headers, trust_env=True)
-                else:
-                    transport = checked_transport(
-                        allow_private=self.allow_private, resolve=self.resolve, allowed_networks=self.allowed_networks
-                    )
-                    self._client = httpx.Client(headers=headers, transport=transport)
+                transport = checked_transport(
+                    allow_private=self.allow_private, resolve=self.resolve, allowed_networks=self.allowed_networks
+                )
+                self._client = httpx.Client(
+                    headers={"User-Agent": DEFAULT_USER_AGENT},
+                    transport=transport,
+                    mounts=proxy_mounts(),  # proxied schemes go through the proxy; the rest stays checked
+                    trust_env=False,
+                )
             return self._client
 
     # ---- evidence and summary --------------------------------------------------------------------------

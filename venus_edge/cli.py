@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, Mapping, Sequence, TextIO
 
 from venus_edge.errors import VenusEdgeError
 from venus_edge.events import (
@@ -35,6 +35,7 @@ from venus_edge.models import DEFAULT_MODEL, DEFAULT_QUANT
 
 if TYPE_CHECKING:
     from venus_edge.agent import Result
+    from venus_edge.engine import LlamaCppEngine
 
 EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
@@ -124,17 +125,18 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
     if args.max_turns < 1:
         parser.error("--max-turns must be at least 1")
+    completer = _EngineWhenLoaded()
+    try:  # tools first (corpora indexed, flags checked): their errors come before a model load or download
+        tools = default_tools(
+            args.corpus, web=args.web, completer=completer, allowed_networks=args.allow_network,
+            record_dir=args.record, replay_dir=args.replay,
+        )
+    except (CorpusError, ValueError, ImportError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     model_path = resolve_model(args.model)
-    engine = LlamaCppEngine(model_path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed)
+    engine = completer.engine = LlamaCppEngine(model_path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed)
     try:
-        try:
-            tools = default_tools(
-                args.corpus, web=args.web, completer=engine, allowed_networks=args.allow_network,
-                record_dir=args.record, replay_dir=args.replay,
-            )
-        except (CorpusError, ValueError, ImportError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
         config = AgentConfig(
             max_turns=args.max_turns, time_limit_s=args.time_limit, strict=args.strict, seed=args.seed,
             min_tool_calls=args.min_tool_calls,
@@ -150,6 +152,10 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 result = stop.value
                 break
     finally:
+        for tool in tools:  # visit's HTTP client: also ends any read still running
+            close = getattr(tool, "close", None)
+            if callable(close):
+                close()
         engine.close()
     if args.json:
         payload = {k: v for k, v in vars(result).items() if k != "messages"}
@@ -158,6 +164,20 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     else:
         _print_result(result, sys.stdout)
     return EXIT_ANSWERED if result.answer is not None else EXIT_NO_ANSWER
+
+
+class _EngineWhenLoaded:
+    """visit's completer, bound to the engine once it is loaded (the tools are built before, see ``_research``)."""
+
+    engine: "LlamaCppEngine | None" = None
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
+        assert self.engine is not None, "the engine is bound before the session starts"
+        return self.engine.complete(messages, max_tokens=max_tokens)
+
+    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
+        assert self.engine is not None, "the engine is bound before the session starts"
+        return self.engine.tokenize(text, parse_special=parse_special)
 
 
 class _Progress:

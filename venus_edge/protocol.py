@@ -22,6 +22,8 @@ from venus_edge.tools.base import unknown_tool_message
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
+# Every ChatML control token (<|im_start|>, <|im_end|>, <|endoftext|>) starts so; text without it holds none.
+CONTROL_TOKEN_OPEN = "<|"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"

@@ -250,3 +250,11 @@ def test_chinese_documents_answer_chinese_queries(tmp_path: Path) -> None:
     first = corpus.search("哪个版本添加了 tomllib 模块", k=1)[0]
     assert first.url == "corpus://zh/toml.md" and "被添加" in first.snippet
     assert corpus.search("默认协议", k=1)[0].url == "corpus://zh/pickle.md"
+
+
+def test_html_without_a_charset_declaration_is_read_as_utf8(tmp_path: Path) -> None:
+    (tmp_path / "zh.html").write_bytes("<html><body><p>长城在中国北方。𠮷野家 crème brûlée</p></body></html>".encode())
+    (tmp_path / "other.md").write_text("# Other\n\nnothing\n", encoding="utf-8")
+    corpus = Corpus.open(tmp_path, index_dir=tmp_path / "index", name="zh")
+    for query in ("长城", "crème", "𠮷"):
+        assert [hit.url for hit in corpus.search(query)] == ["corpus://zh/zh.html"], query

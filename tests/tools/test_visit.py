@@ -437,3 +437,23 @@ def test_ipv6_forms_of_private_ipv4_addresses_are_refused(host: str) -> None:
     with VisitTool(limits=FAST) as tool:
         result = tool({"url": f"http://{host}/latest/meta-data/", "goal": "g"})
     assert [f.kind for f in result.failures] == ["refused_address"], result.failures
+
+
+def test_a_stuck_read_does_not_starve_the_urls_behind_it(server_url: str) -> None:
+    """One read at a time; the first server drips its headers forever: it is left behind at its deadline and
+    the pages queued behind it are still read."""
+    urls = [f"{server_url}/drip", f"{server_url}/text", f"{server_url}/gzip"]
+    limits = FetchLimits(read_timeout_s=1.0, total_timeout_s=1.0)
+    with VisitTool(limits=limits, allowed_networks=["127.0.0.1/32"], max_concurrent_reads=1) as tool:
+        result = tool({"url": urls, "goal": "frobnicator"})
+    assert [f.kind for f in result.failures] == ["timeout"] and result.visited_urls == tuple(urls[1:])
+
+
+def test_unproxied_requests_keep_the_connect_time_check(monkeypatch: pytest.MonkeyPatch, local_server: Any) -> None:
+    """Only HTTPS goes through the proxy: an http:// URL is fetched directly, and rebinding is refused there."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    answers = iter([["93.184.216.34"], ["127.0.0.1"]])
+    url = f"http://rebind.example:{local_server.port}/docs/library/tomllib.html"
+    with VisitTool(limits=FAST, resolve=lambda host, port: next(answers)) as tool:
+        result = tool({"url": url, "goal": "g"})
+    assert [f.kind for f in result.failures] == ["refused_address"] and "127.0.0.1" in result.failures[0].detail
