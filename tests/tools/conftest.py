@@ -9,9 +9,10 @@ import ssl
 import subprocess
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import pytest
 
@@ -84,27 +85,26 @@ class ScriptedCompleter:
         return reply
 
 
-def build_pdf(pages: Sequence[Sequence[str]]) -> bytes:
+def build_pdf(pages: Sequence[Sequence[str]], *, flate_streams: Sequence[bytes] = ()) -> bytes:
     """A minimal valid PDF 1.4 written by hand: one Helvetica text line per string, real xref offsets.
 
     ``pages`` holds each page's lines (ASCII); a page with no lines has an empty content stream (like a scan).
+    ``flate_streams`` are raw content streams of further pages, written FlateDecode-compressed.
     """
-    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    contents = [_page_stream(lines) for lines in pages]
+    contents += [(b" /Filter /FlateDecode", zlib.compress(raw, 9)) for raw in flate_streams]
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(contents)))
     bodies = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
+        f"<< /Type /Pages /Kids [{kids}] /Count {len(contents)} >>".encode(),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    for i, lines in enumerate(pages):
-        escaped = [line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") for line in lines]
-        stream = ("BT /F1 11 Tf 14 TL 72 740 Td " + " T* ".join(f"({line}) Tj" for line in escaped) + " ET").encode()
-        if not lines:
-            stream = b""
+    for i, (filters, stream) in enumerate(contents):
         bodies.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
             f"/Contents {5 + 2 * i} 0 R >>".encode()
         )
-        bodies.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+        bodies.append(b"<< /Length %d%s >>\nstream\n%s\nendstream" % (len(stream), filters, stream))
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for number, body in enumerate(bodies, start=1):
@@ -115,6 +115,14 @@ def build_pdf(pages: Sequence[Sequence[str]]) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(bodies) + 1, xref)
     return bytes(out)
+
+
+def _page_stream(lines: Sequence[str]) -> tuple[bytes, bytes]:
+    """(no filter, the content stream showing ``lines``); empty for a page without lines."""
+    if not lines:
+        return b"", b""
+    escaped = [line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") for line in lines]
+    return b"", ("BT /F1 11 Tf 14 TL 72 740 Td " + " T* ".join(f"({line}) Tj" for line in escaped) + " ET").encode()
 
 
 # A two-page report; the tests' goal ("boiling point of the sample") is answered on page 2 only.
@@ -319,6 +327,15 @@ def scripted_completer() -> type[ScriptedCompleter]:
 def pdf_samples() -> dict[str, bytes]:
     """PDF bytes: ``report`` (two pages, text), ``scan`` (a page without text), ``broken`` (truncated)."""
     return {"report": REPORT_PDF, "scan": build_pdf([[]]), "broken": b"%PDF-1.4\n1 0 obj\n<< /Type /Cat"}
+
+
+@pytest.fixture
+def slow_pdf() -> Callable[[int], bytes]:
+    """``slow_pdf(n)``: a one-page PDF whose compressed content stream holds ``n`` text operators (a few KB
+    that keep pypdf busy for seconds when ``n`` is in the hundreds of thousands)."""
+    return lambda operators: build_pdf(
+        [], flate_streams=[b"BT /F1 12 Tf 72 720 Td " + b"(walrus) Tj 0 -1 Td " * operators + b"ET"]
+    )
 
 
 @pytest.fixture

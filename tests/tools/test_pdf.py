@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-import zlib
+from typing import Callable
 
 import httpx
 import pytest
@@ -62,35 +62,11 @@ def test_pdf_text_limits_pages_and_rejects_non_pdfs(server_url: str) -> None:
         pdf_text(b"<html>not a pdf</html>")
 
 
-def _slow_pdf(operators: int) -> bytes:
-    """A valid one-page PDF whose compressed content stream holds ``operators`` text operators: a few KB that
-    keep pypdf busy for seconds."""
-    content = zlib.compress(b"BT /F1 12 Tf 72 720 Td " + b"(walrus) Tj 0 -1 Td " * operators + b"ET", 9)
-    bodies = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
-        b"/Contents 5 0 R >>",
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(content), content),
-    ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(bodies, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(bodies) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(bodies) + 1, xref)
-    return bytes(out)
-
-
-def test_a_pdf_that_is_slow_to_read_is_stopped_at_the_deadline() -> None:
+def test_a_pdf_that_is_slow_to_read_is_stopped_at_the_deadline(slow_pdf: Callable[[int], bytes]) -> None:
     """The PDF is read in a child process that is killed at the fetch's deadline; the text of a small one of
     the same shape comes back whole."""
-    assert pdf_text_isolated(_slow_pdf(3), timeout_s=30) == "walrus" * 3
-    slow = _slow_pdf(300_000)
+    assert pdf_text_isolated(slow_pdf(3), timeout_s=30) == "walrus" * 3
+    slow = slow_pdf(300_000)
     assert len(slow) < 20_000
 
     def handler(request: httpx.Request) -> httpx.Response:
