@@ -398,12 +398,9 @@ class _Session:
     def _segment_ids(self, index: int, part: str) -> list[int]:
         """Token ids of message ``index`` rendered as ``part``.
 
-        Only the ChatML markup around a message is parsed for control tokens. A content that holds control-token
-        text (page text in an observation, a model turn quoting it) is tokenized apart, with ``<|im_end|>`` and
-        the other control tokens as plain text, so a page cannot close a message and open a new one. Any other
-        part is tokenized whole, which gives the ids the model was trained on (tokenizing apart would split
-        ``"\n\n"`` at the markup's end); the protocol's added tokens (``<tool_response>``, ``<think>``) are
-        parsed either way.
+        A sampled turn in canonical form keeps its sampled ids; any other message goes through
+        ``protocol.tokenize_message``, so control-token text in a content (a page in an observation, a model
+        turn quoting it) cannot close the message.
         """
         tokenize = self.engine.tokenize
         sampled = self._sampled.get(index)
@@ -414,9 +411,8 @@ class _Session:
         message = self.messages[index] if index < len(self.messages) else None
         if message is not None and message["role"] != "system":
             head = f"{protocol.IM_START}{message['role']}\n"
-            body = part[len(head) : -len(tail)]
-            if part.startswith(head) and part.endswith(tail) and protocol.CONTROL_TOKEN_OPEN in body:
-                return tokenize(head) + tokenize(body, parse_special=False) + tokenize(tail)
+            if part.startswith(head) and part.endswith(tail):
+                return protocol.tokenize_message(tokenize, head, part[len(head) : -len(tail)], tail)
         return tokenize(part)
 
     def _count(self, completion: Completion) -> None:

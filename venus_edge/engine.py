@@ -31,7 +31,7 @@ import numpy as np
 from llama_cpp import _internals
 
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
-from venus_edge.protocol import CONTROL_TOKEN_OPEN, render_chat_parts
+from venus_edge.protocol import render_chat_parts, tokenize_message
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_N_CTX = 32_768
@@ -347,13 +347,12 @@ class LlamaCppEngine:
         if self._helper is None:
             self._helper = _HelperContext(self._llm, self.helper_n_ctx)
         thinking = self._nfc  # the qwen2 pre-tokenizer: a Qwen3 thinking model opens its reasoning block
-        # The contents are page text: control tokens written in them stay text (see ``tokenize``).
-        ids: list[int] = []
-        for head, content, tail in render_chat_parts(messages, open_reasoning=thinking):
-            if CONTROL_TOKEN_OPEN in content:
-                ids += self.tokenize(head) + self.tokenize(content, parse_special=False) + self.tokenize(tail)
-            else:
-                ids += self.tokenize(head + content + tail)
+        # The contents are page text: control tokens written in them stay text.
+        ids = [
+            token
+            for head, content, tail in render_chat_parts(messages, open_reasoning=thinking)
+            for token in tokenize_message(self.tokenize, head, content, tail)
+        ]
         room = _n_ctx(self._helper.llm) - max_tokens
         if len(ids) > room:
             raise ContextOverflowError(len(ids), _n_ctx(self._helper.llm), "shorten the extraction input")

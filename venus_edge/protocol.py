@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import date as Date
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from venus_edge.tools.base import unknown_tool_message
 
@@ -168,6 +168,19 @@ def render_chat(messages: Sequence[Mapping[str, str]], *, open_reasoning: bool =
     """
     parts = render_chat_parts(messages, open_reasoning=open_reasoning)
     return "".join(head + content + tail for head, content, tail in parts)
+
+
+def tokenize_message(tokenize: Callable[..., list[int]], head: str, content: str, tail: str) -> list[int]:
+    """Token ids of one ChatML message ``head + content + tail`` where only the markup may hold control tokens.
+
+    A content holding control-token text (a web page, a model turn quoting one) is tokenized apart with
+    ``parse_special=False``, so its ``<|im_end|>`` stays text and cannot close the message. Any other content is
+    tokenized whole with its markup, which gives the ids the model was trained on (tokenizing apart would split a
+    ``"\n\n"`` across the markup's end). ``tokenize`` is ``Engine.tokenize``.
+    """
+    if CONTROL_TOKEN_OPEN in content:
+        return tokenize(head) + tokenize(content, parse_special=False) + tokenize(tail)
+    return tokenize(head + content + tail)
 
 
 def render_chat_parts(
