@@ -207,9 +207,10 @@ class Corpus:
                 f"no readable documents in {str(root)!r}: expected files ending in "
                 f"{', '.join(ACCEPTED_SUFFIXES)} (folders starting with {', '.join(skip_dir_prefixes)} are skipped)"
             )
-        corpus = _load_index(cache, root, name, manifest)
+        saved_manifest, saved_entries = _read_saved(cache, root)
+        corpus = _load_index(cache, root, name, manifest, saved_entries) if saved_manifest == manifest else None
         if corpus is None:
-            corpus = _build_index(root, name, manifest, _saved_entries(cache, root))
+            corpus = _build_index(root, name, manifest, {entry.path: entry for entry in saved_entries})
             try:
                 _save_index(cache, corpus, manifest)
             except OSError as exc:
@@ -233,12 +234,12 @@ class Corpus:
             return []
         k = min(k, len(self._entries))
         doc_ids, scores = self._retriever.retrieve([known], k=k, show_progress=False, n_threads=1)
+        words = list(dict.fromkeys([*_query_terms(query, stem=False), *terms]))  # a stem is not always a prefix
         hits = []
         for doc_id, score in zip(doc_ids[0], scores[0]):
             if score <= 0:
                 continue
             entry = self._entries[int(doc_id)]
-            words = list(dict.fromkeys([*_query_terms(query, stem=False), *terms]))  # a stem is not always a prefix
             hits.append(Hit(entry.title, self.url_for(entry.path), make_snippet(entry.text, words)))
         return hits
 
@@ -350,16 +351,14 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
     """One file's title and text; a file that cannot be read gets an entry with ``error`` set instead."""
     try:
         raw = (root / path).read_bytes()
-        if Path(path).suffix.lower() == ".pdf":
-            text = pdf_text(raw)
-            if not text.strip():
-                return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
-            title, text = _plain_title(text, markdown=False), text
-        else:
-            title, text = extract_title_and_text(_decode(raw), Path(path))
+        is_pdf = Path(path).suffix.lower() == ".pdf"
+        source = pdf_text(raw) if is_pdf else _decode(raw)
     except (OSError, PdfError) as exc:
         return _Entry(path, "", "", mtime_ns, size, str(exc))
-    return _Entry(path, " ".join(title.split())[:200] or Path(path).name, " ".join(text.split()), mtime_ns, size)
+    if is_pdf and not source.strip():
+        return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
+    title, text = extract_title_and_text(source, Path(path))
+    return _Entry(path, title, text, mtime_ns, size)
 
 
 def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
@@ -374,30 +373,26 @@ def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
     (cache / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 
-def _saved_entries(cache: Path, root: Path) -> dict[str, _Entry]:
-    """The saved per-file texts of an index of the same folder and format, by path; ``{}`` when unusable."""
+def _read_saved(cache: Path, root: Path) -> tuple[dict, list[_Entry]]:
+    """The saved manifest and per-file entries of an index of the same folder and format; ``({}, [])`` when
+    absent or unreadable."""
     try:
         saved = json.loads((cache / "manifest.json").read_text(encoding="utf-8"))
         if saved.get("version") != INDEX_FORMAT_VERSION or saved.get("root") != str(root):
-            return {}
+            return {}, []
         with open(cache / "documents.jsonl", encoding="utf-8") as lines:
-            entries = [_Entry(**json.loads(line)) for line in lines]
+            return saved, [_Entry(**json.loads(line)) for line in lines]
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
-    return {entry.path: entry for entry in entries}
+        return {}, []
 
 
-def _load_index(cache: Path, root: Path, name: str, manifest: dict) -> Corpus | None:
-    """The saved corpus when its manifest equals ``manifest``; ``None`` when absent, stale or unreadable."""
+def _load_index(cache: Path, root: Path, name: str, manifest: dict, entries: list[_Entry]) -> Corpus | None:
+    """The saved corpus, whose saved manifest equals the current ``manifest``; ``None`` when the saved entries or
+    the BM25 index do not match it (a damaged cache)."""
+    if [path for path, _, _ in manifest["files"]] != [entry.path for entry in entries]:
+        return None
     try:
-        saved = json.loads((cache / "manifest.json").read_text(encoding="utf-8"))
-        if saved != manifest:
-            return None
-        with open(cache / "documents.jsonl", encoding="utf-8") as lines:
-            entries = [_Entry(**json.loads(line)) for line in lines]
         retriever = bm25s.BM25.load(cache / "bm25", show_progress=False)
-        if [path for path, _, _ in manifest["files"]] != [entry.path for entry in entries]:
-            return None
         if retriever.scores["num_docs"] != sum(1 for entry in entries if not entry.error):
             return None
     except Exception:  # noqa: BLE001 - a cache damaged in any way (truncated arrays, bad JSON) is rebuilt
@@ -423,8 +418,8 @@ def extract_title_and_text(source: str, path: Path) -> tuple[str, str]:
     """Title and whitespace-collapsed text of one document (cheap pass for indexing, ~3 ms per page).
 
     HTML: ``<title>`` and the text of the main region (``role="main"``, ``<main>``, else ``<body>``) without
-    scripts and styles. Markdown: the first ``# `` heading. Plain text: the first non-empty line. The file
-    name stands in for a missing title.
+    scripts and styles. Markdown: the first ``# `` heading. Plain text (and a PDF's extracted text): the first
+    non-empty line. The file name stands in for a missing title.
     """
     if path.suffix.lower() in (".html", ".htm"):
         title, text = _html_title_and_text(source)
