@@ -257,23 +257,17 @@ class _CheckedNetworkBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def environment_proxies() -> dict[str, str]:
-    """The proxies the environment names for web fetches (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``)."""
-    proxies = urllib.request.getproxies()
-    return {scheme: proxies[scheme] for scheme in ("http", "https", "all") if proxies.get(scheme)}
-
-
 def proxy_mounts() -> dict[str, httpx.BaseTransport | None]:
-    """httpx ``mounts`` for the environment's proxies: a proxy transport per proxied scheme, and ``None`` (the
-    client's own transport) for each ``NO_PROXY`` host. Requests that no proxy carries stay on the client's
+    """httpx ``mounts`` for the environment's proxies (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``): a proxy
+    transport per proxied scheme, and ``None`` (the client's own transport) for each ``NO_PROXY`` host. Requests that no proxy carries stay on the client's
     transport, so with ``checked_transport`` they keep the connect-time address check.
     """
-    proxies = environment_proxies()
+    proxies = urllib.request.getproxies()
     mounts: dict[str, httpx.BaseTransport | None] = {}
     for scheme in ("http", "https"):
         if proxy := proxies.get(scheme) or proxies.get("all"):
             mounts[f"{scheme}://"] = httpx.HTTPTransport(proxy=proxy)
-    for host in filter(None, (h.strip() for h in urllib.request.getproxies().get("no", "").split(","))):
+    for host in filter(None, (h.strip() for h in proxies.get("no", "").split(","))):
         if host == "*":
             return {}
         pattern = host if "://" in host else f"all://*{host}" if host.startswith(".") else f"all://{host}"

@@ -113,15 +113,20 @@ class SearchTool:
         )
 
     def _search_one(self, query: str) -> tuple[Sequence[Hit], ToolFailure | None, list[ToolAttempt]]:
-        log = getattr(self.backend, "attempts", None)
-        log = log if isinstance(log, list) else []
-        seen = len(log)
+        log = attempt_log(self.backend)
+        seen = len(log or ())
         try:
             hits, failure = list(self.backend.search(query, self.top_k))[: self.top_k], None
         except Exception as exc:  # any backend fault is the web's, not ours: shown to the model, never raised
             detail = f"search backend {type(self.backend).__name__} failed: {type(exc).__name__}: {exc}"
             hits, failure = [], ToolFailure("backend_error", query, detail)
-        return hits, failure, _notable_attempts(query, log[seen:])
+        return hits, failure, _notable_attempts(query, (log or [])[seen:])
+
+
+def attempt_log(backend: SearchBackend) -> list[BackendAttempt] | None:
+    """The backend's append-only ``attempts`` list, or ``None`` when it keeps none."""
+    log = getattr(backend, "attempts", None)
+    return log if isinstance(log, list) else None
 
 
 def _notable_attempts(query: str, tried: Sequence[BackendAttempt]) -> list[ToolAttempt]:

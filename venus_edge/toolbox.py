@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from venus_edge.tools.base import TextCompleter, Tool
 from venus_edge.tools.corpus import Corpus, Hit
 from venus_edge.tools.replay import RecordingTool, ReplayTool
-from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBackend, SearchTool
+from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBackend, SearchTool, attempt_log
 from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
 from venus_edge.tools.web_search import SearchAttempt
 
@@ -33,16 +33,16 @@ class MergedSearchBackend:
     def search(self, query: str, k: int) -> list[Hit]:
         ranked, errors = [], []
         for backend in self.backends:
-            log = getattr(backend, "attempts", None)
-            seen = len(log) if isinstance(log, list) else 0
+            log = attempt_log(backend)
+            seen = len(log or ())
             try:
                 ranked.append(list(backend.search(query, k)))
             except Exception as exc:  # one backend down (the web rate-limited): the others still answer
                 errors.append(exc)
-                if not isinstance(log, list):  # a backend with a log has logged its own failure
+                if log is None:  # a backend with a log has logged its own failure
                     detail = f"{type(exc).__name__}: {exc}"
                     self.attempts.append(SearchAttempt(query, type(backend).__name__, "error", detail))
-            if isinstance(log, list):
+            if log is not None:
                 self.attempts.extend(log[seen:])
         if errors and not ranked:
             raise errors[0]
