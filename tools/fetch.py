@@ -259,8 +259,9 @@ class _CheckedNetworkBackend(httpcore.NetworkBackend):
 
 def proxy_mounts() -> dict[str, httpx.BaseTransport | None]:
     """httpx ``mounts`` for the environment's proxies (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``): a proxy
-    transport per proxied scheme, and ``None`` (the client's own transport) for each ``NO_PROXY`` host. Requests that no proxy carries stay on the client's
-    transport, so with ``checked_transport`` they keep the connect-time address check.
+    transport per proxied scheme, and ``None`` (the client's own transport) for each ``NO_PROXY`` host. Requests
+    that no proxy carries stay on the client's transport, so with ``checked_transport`` they keep the connect-time
+    address check.
     """
     proxies = urllib.request.getproxies()
     mounts: dict[str, httpx.BaseTransport | None] = {}
