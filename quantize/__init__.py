@@ -9,31 +9,29 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Lazy exports (PEP 562): `venus_edge.quantize.cli` registers its commands without importing gguf.
-_EXPORTS = {
-    "convert_checkpoint": "convert",
-    **dict.fromkeys(
-        [
-            "CheckpointNotFoundError", "ConversionError", "DiskFullError", "GGUFReadError", "MissingTensorError",
-            "OutputNotWritableError", "QuantizationError", "QuantizeError", "TensorShapeError",
-            "TokenizerFilesMissingError", "UnsupportedArchitectureError",
-        ],
-        "errors",
+# Lazy exports (PEP 562): `venus_edge.quantize.cli` registers its commands without importing gguf. Every name a
+# module lists in its `__all__` is exported (tests/test_imports.py checks it).
+_MODULE_EXPORTS = {
+    "convert": ("ARCHITECTURES", "OUT_TYPES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint"),
+    "errors": (
+        "CheckpointNotFoundError", "ConversionError", "DiskFullError", "GGUFReadError", "MissingTensorError",
+        "OutputNotWritableError", "QuantizationError", "QuantizeError", "TensorShapeError",
+        "TokenizerFilesMissingError", "UnsupportedArchitectureError",
     ),
-    "inspect_gguf": "gguf_info",
-    "read_gguf_header": "gguf_info",
-    "Fallback": "quantize",
-    "QuantizeReport": "quantize",
-    "quantize_gguf": "quantize",
-    "build_qwen3_tokenizer_files": "qwen_tokenizer",
-    "Qwen3Config": "tiny",
-    "build_tiny_qwen3_gguf": "tiny",
-    "write_tiny_qwen3": "tiny",
-    "VerificationTable": "evaluate",
-    "agentic_check": "evaluate",
-    "compare_quant": "evaluate",
-    "compare_to_hf": "evaluate",
+    "evaluate": (
+        "AGENTIC_PROMPTS", "CALIBRATION_TEXT", "PARITY_TEXTS", "AgenticReport", "HFParityReport", "QuantComparison",
+        "VerificationRow", "VerificationTable", "WorstPosition", "agentic_check", "compare_quant", "compare_to_hf",
+    ),
+    "gguf_info": ("GGUFHeader", "TensorInfo", "inspect_gguf", "read_gguf_header"),
+    "output": ("check_output_path", "temporary_output"),
+    "quantize": ("QUANT_TYPES", "Fallback", "QuantizeReport", "quantize_gguf"),
+    "qwen_tokenizer": (
+        "QWEN2_SPLIT_PATTERN", "QWEN3_ADDED_TOKENS", "QWEN3_FIRST_ADDED_ID", "build_qwen3_tokenizer_files",
+        "derive_merges", "load_qwen_ranks", "qwen3_tokenizer_json",
+    ),
+    "tiny": ("Qwen3Config", "build_tiny_qwen3_gguf", "tiny_qwen3_tensor_shapes", "write_tiny_qwen3"),
 }
+_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
@@ -43,30 +41,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
-__all__ = [
-    "VerificationTable",
-    "agentic_check",
-    "compare_quant",
-    "compare_to_hf",
-    "CheckpointNotFoundError",
-    "ConversionError",
-    "DiskFullError",
-    "Fallback",
-    "GGUFReadError",
-    "MissingTensorError",
-    "OutputNotWritableError",
-    "QuantizationError",
-    "QuantizeError",
-    "QuantizeReport",
-    "Qwen3Config",
-    "TensorShapeError",
-    "TokenizerFilesMissingError",
-    "UnsupportedArchitectureError",
-    "build_qwen3_tokenizer_files",
-    "build_tiny_qwen3_gguf",
-    "convert_checkpoint",
-    "inspect_gguf",
-    "quantize_gguf",
-    "read_gguf_header",
-    "write_tiny_qwen3",
-]
+__all__ = sorted(_EXPORTS)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,10 +92,10 @@ def _load_llama(gguf_path: Path, n_ctx: int, *, logits_all: bool = True):
 
 
 def _llama_tokenize(llm, text: str) -> list[int]:
-    """Token ids as the runtime computes them: NFC first for Qwen vocabularies (`LlamaCppEngine.tokenize`)."""
-    if llm.metadata.get("tokenizer.ggml.pre") == "qwen2":
-        text = unicodedata.normalize("NFC", text)
-    return llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    """Token ids as the runtime computes them (`venus_edge.engine.tokenizer_normalize` first)."""
+    from venus_edge.engine import tokenizer_normalize
+
+    return llm.tokenize(tokenizer_normalize(text, llm.metadata).encode("utf-8"), add_bos=False, special=True)
 
 
 def _llama_logits(llm, token_ids: Sequence[int]) -> np.ndarray:
@@ -365,7 +364,7 @@ def agentic_check(
         ModelNotFoundError, ModelLoadError (venus_edge.errors): the file is missing or refused.
     """
     from venus_edge.engine import GREEDY, LlamaCppEngine
-    from venus_edge.protocol import STOP_STRINGS, assistant_content, parse_turn, render_messages
+    from venus_edge.protocol import STOP_STRINGS, action_complete, assistant_content, parse_turn, render_messages
 
     sampling = dataclasses.replace(GREEDY, max_tokens=max_tokens)
     tool_names = ("search", "visit")
@@ -373,7 +372,9 @@ def agentic_check(
     with LlamaCppEngine(gguf_path, n_ctx=n_ctx, n_threads=None) as engine:
         for name, question, history in prompts:
             prompt = render_messages(_agentic_messages(question, history, today))
-            completion = engine.generate(engine.tokenize(prompt), sampling=sampling, stop=STOP_STRINGS)
+            completion = engine.generate(
+                engine.tokenize(prompt), sampling=sampling, stop=STOP_STRINGS, stop_text_if=action_complete
+            )
             turn = parse_turn(assistant_content(completion.text), tool_names)
             results.append({
                 "name": name, "well_formed": turn.well_formed, "kind": turn.kind,

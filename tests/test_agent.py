@@ -72,7 +72,7 @@ def test_search_visit_answer_with_sources_and_journal(tools, tmp_path):
 
 
 def test_malformed_turn_is_retried_then_answered_with_the_format_notice(tools):
-    bad = 'x\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["a"]\n</tool_call>'
+    bad = 'x\n</think>\n\n<tool_call>\nsearch for "a" please\n</tool_call>'
     result, events, _ = run([bad, bad, bad, answer("3.11")], tools, max_retries=3)
     retries = [e for e in events if isinstance(e, TurnRetried)]
     assert [e.reason for e in retries] == ["format", "format"] and "not valid JSON" in retries[0].detail
@@ -86,10 +86,60 @@ def test_unknown_tool_is_a_format_error_naming_the_valid_tools(tools):
     assert any("Unknown tool 'browse'" in json.dumps(e.to_dict()) for e in events)
 
 
-def test_extra_arguments_are_refused_with_the_valid_ones(tools):
-    result, _, _ = run([call("search", query=["a"], page=2), answer("a")], tools)
-    assert observations(result) == [protocol.observation(
-        "Error: Unknown argument(s) page for tool search; valid arguments are: query.")]
+def test_arguments_outside_the_schema_are_dropped_and_the_call_runs(tools, tmp_path):
+    """As the reference does (``_filter_args``): the model sees the plain result, never an error text; the
+    dropped names go into the event and the journal."""
+    result, events, _ = run([call("search", query=["tomllib"], page=2, lang="en"), answer("a")], tools, tmp_path)
+    [called] = [e for e in events if isinstance(e, ToolCalled)]
+    assert called.arguments == {"query": ["tomllib"]} and called.dropped_arguments == ["page", "lang"]
+    assert json.loads(observations(result)[0].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))[0][
+        "query"] == "tomllib"
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    assert trajectory.turns[0]["dropped_arguments"] == ["page", "lang"]
+    assert trajectory.turns[0]["tool_call"] == {"name": "search", "arguments": {"query": ["tomllib"]}}
+
+
+@pytest.mark.parametrize("query", ['["tomllib", "pickle"]', "['tomllib', 'pickle']", ' [ "tomllib" , "pickle" ] '])
+def test_a_json_encoded_list_argument_is_decoded(tools, query):
+    """``"query": "[\\"a\\", \\"b\\"]"`` searches a and b, not the literal text; Python's quoting too."""
+    result, events, _ = run([call("search", query=query), answer("a")], tools)
+    [called] = [e for e in events if isinstance(e, ToolCalled)]
+    assert called.arguments == {"query": ["tomllib", "pickle"]} and called.argument_changes
+    searched = json.loads(observations(result)[0].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
+    assert [block["query"] for block in searched] == ["tomllib", "pickle"]
+
+
+@pytest.mark.parametrize(
+    "first, again",
+    [({"query": "tomllib"}, {"query": ["tomllib"]}), ({"query": ["tomllib"]}, {"queries": "tomllib"}),
+     ({"query": '["tomllib"]'}, {"query": ["tomllib"], "page": 3})],
+)
+def test_the_duplicate_guard_compares_calls_coerced_to_the_schema(tools, first, again):
+    """"q" and ["q"] (and an alias, an encoded list, an extra argument) are the same call, as the tools see it."""
+    result, events, _ = run([call("search", **first), call("search", **again), answer("a")], tools, max_retries=2)
+    assert [e.reason for e in events if isinstance(e, TurnRetried)] == ["duplicate_call"]
+
+
+def test_a_lenient_turn_enters_the_history_canonical_and_the_journal_keeps_what_was_generated(tools, tmp_path):
+    lenient = "x\n</think>\n\n<tool_call>\n{'name': 'search', 'arguments': {'query': ['tomllib'],},}\n</tool_call>"
+    result, _, _ = run([lenient, answer("3.11")], tools, tmp_path)
+    canonical = '<think>\nx\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["tomllib"]}}\n</tool_call>'
+    assert result.messages[2] == {"role": "assistant", "content": canonical}
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    first = trajectory.turns[0]
+    assert first["content"] == canonical and first["generated"] == "<think>\n" + lenient
+    assert [e["code"] for e in first["format_errors"]] == ["lenient_json"]
+    assert trajectory.turns[1]["generated"] is None, "a well-formed turn is stored once"
+
+
+def test_reasoning_that_mentions_tool_response_is_not_cut(tools):
+    """The same characters in the reasoning are text: the turn runs, nothing is retried."""
+    talk = ("Results come back inside <tool_response> tags.\n</think>\n\n<tool_call>\n"
+            '{"name": "search", "arguments": {"query": ["tomllib"]}}\n</tool_call>\n<tool_response>\nmade up')
+    result, events, engine = run([talk, answer("3.11")], tools)
+    assert not [e for e in events if isinstance(e, TurnRetried)]
+    assert result.messages[2]["content"].startswith("<think>\nResults come back inside <tool_response> tags.")
+    assert result.messages[2]["content"].endswith("</tool_call>") and "made up" not in result.messages[2]["content"]
 
 
 def test_duplicate_call_is_resampled_then_executed_on_the_last_attempt(tools):
@@ -142,8 +192,22 @@ def test_question_longer_than_the_budget_is_a_clear_error_and_the_journal_keeps_
 
 
 def test_wall_clock_limit(tools):
-    result, _, _ = run([call("search", query=["a"])] * 3, tools, time_limit_s=1e-9)
-    assert result.termination == "timeout"
+    """The time limit ends the session (reference: timeout, no forced answer) and the CLI says so."""
+    result, events, engine = run([call("search", query=["a"])] * 3, tools, time_limit_s=1e-9)
+    assert result.termination == "timeout" and result.answer is None and engine.prompts == []
+    out = io.StringIO()
+    for event in events:
+        _Progress(out, quiet=False).show(event)
+    assert "time limit reached" in out.getvalue() and "the session ends without an answer" in out.getvalue()
+    assert "final answer" not in out.getvalue()
+
+
+def test_turn_limit_line_says_the_final_answer_is_asked_for(tools):
+    _, events, _ = run([call("search", query=["a"]), answer("forced")], tools, max_turns=1)
+    out = io.StringIO()
+    for event in events:
+        _Progress(out, quiet=False).show(event)
+    assert "turns limit reached: 1 turns used; the model is asked for its final answer" in out.getvalue()
 
 
 class CrashingTool:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import unicodedata
 from pathlib import Path
 
-import llama_cpp
 import pytest
 from tokenizers import Tokenizer
 
 from venus_edge import protocol
-from venus_edge.engine import LlamaCppEngine, SamplingParams
+from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
 
 CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
@@ -271,3 +269,62 @@ def test_messages_starting_with_newlines_keep_the_hf_ids(tiny_engine, hf_tokeniz
     result = Agent(engine, [Page()]).run("\nWhat is tomllib?")
     rendered = protocol.render_messages(result.messages[:-1])
     assert engine.prompt_ids == hf_tokenizer.encode(rendered, add_special_tokens=False).ids
+
+
+# ----------------------------------------------------------------------------------- stop tokens and penalties
+
+TOOL_RESPONSE_ID = 151665  # <tool_response> in the Qwen3 vocabulary (TEST_MODELS.md)
+
+
+def _forced(engine: LlamaCppEngine, grammar: str, **kwargs) -> object:
+    """Greedy generation constrained by ``grammar`` (llama.cpp GBNF; ``<[id]>`` names one token)."""
+    prompt = engine.tokenize(CHAT)
+    return engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=64), grammar=grammar, **kwargs)
+
+
+def test_stop_token_of_the_vocabulary_stops_on_its_id_only(tiny_engine):
+    """In a vocabulary that holds <tool_response> as one token, that token ends the turn; the same characters
+    spelled by ordinary tokens (reasoning that talks about tool responses) do not."""
+    assert tiny_engine.single_token_id("<tool_response>") == TOOL_RESPONSE_ID
+    spelled = tiny_engine.tokenize("<") + tiny_engine.tokenize("tool_response>")  # ordinary tokens
+    assert TOOL_RESPONSE_ID not in spelled and tiny_engine.detokenize(spelled) == "<tool_response>"
+    as_text = " ".join(f"<[{token}]>" for token in spelled)
+    completion = _forced(tiny_engine, f'root ::= "Results come in " {as_text} " tags."', stop=protocol.STOP_STRINGS)
+    assert completion.finish_reason == "eog" and completion.text == "Results come in <tool_response> tags."
+    completion = _forced(tiny_engine, f'root ::= "Done." <[{TOOL_RESPONSE_ID}]> " fake"', stop=protocol.STOP_STRINGS)
+    assert (completion.finish_reason, completion.stop_string, completion.text) == ("stop", "<tool_response>", "Done.")
+    assert TOOL_RESPONSE_ID not in completion.token_ids
+
+
+def test_stop_text_without_the_token_waits_for_a_complete_action(smollm2_engine):
+    """SmolLM2 spells <tool_response> in several tokens: with ``stop_text_if=action_complete`` the text stops a
+    turn only after its action, so reasoning that mentions it survives."""
+    assert smollm2_engine.single_token_id("<tool_response>") is None
+    rules = dict(stop=protocol.STOP_STRINGS, stop_text_if=protocol.action_complete)
+    talk = "I read <tool_response> blocks.\n</think>\n\n<answer>\nx\n</answer>"
+    completion = _forced(smollm2_engine, f'root ::= "{json.dumps(talk)[1:-1]}\\n<tool_response> fake"', **rules)
+    assert (completion.finish_reason, completion.text) == ("stop", talk + "\n")
+    completion = _forced(smollm2_engine, 'root ::= "I read <tool_response> blocks."', **rules)
+    assert (completion.finish_reason, completion.text) == ("eog", "I read <tool_response> blocks.")
+
+
+def test_presence_penalty_covers_every_token_of_the_turn(tiny_engine):
+    """vLLM penalizes every token generated in the request; llama.cpp's default window is the last 64. With a
+    prohibitive presence penalty and greedy decoding, no token may repeat over 600 tokens, so a token generated
+    500 tokens earlier is still penalized. The same model and settings with llama.cpp's 64-token window repeat
+    tokens (the check that this test can fail)."""
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=1e4, max_tokens=600)
+    prompt = tiny_engine.tokenize(CHAT)
+    completion = tiny_engine.generate(prompt, sampling=sampling)
+    ids = completion.token_ids
+    assert len(ids) == 600 and len(set(ids)) == len(ids), f"{len(ids) - len(set(ids))} repeated tokens"
+
+    window_64 = tiny_engine._llm
+    window_64.last_n_tokens_size = 64
+    raw = []
+    for token in window_64.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, presence_penalty=1e4,
+                                     repeat_penalty=1.0):
+        raw.append(token)
+        if len(raw) == 600:
+            break
+    assert len(set(raw)) < len(raw), "with a 64-token window tokens come back"

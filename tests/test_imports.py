@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import subprocess
 import sys
+from types import ModuleType
 
-import venus_edge
+import pytest
 
 
 def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
@@ -15,10 +19,42 @@ def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
     assert out.strip() == "[]"
 
 
-def test_all_is_sorted_and_complete():
-    assert set(venus_edge.__all__) == set(venus_edge._EXPORTS)
-    assert venus_edge.__all__ == sorted(venus_edge.__all__)
-    public = {name for name in dir(venus_edge) if not name.startswith("_") and name[0].isupper()}
-    assert public <= set(venus_edge.__all__), public - set(venus_edge.__all__)
-    for name in venus_edge.__all__:
-        assert getattr(venus_edge, name).__doc__, f"{name} has no docstring"
+# Modules used as namespaces of their own (``from venus_edge import protocol``), not re-exported by the package.
+NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.protocol", "venus_edge.testing", "venus_edge.quantize.cli"}
+# Names exported across packages: the tool interface at the top level.
+CROSS_EXPORTS = {"venus_edge": {"Tool", "ToolError", "ToolResult"}}
+PACKAGES = ["venus_edge", "venus_edge.tools", "venus_edge.quantize"]
+
+
+def _modules(package_name: str) -> list[ModuleType]:
+    package = importlib.import_module(package_name)
+    names = [f"{package_name}.{info.name}" for info in pkgutil.iter_modules(package.__path__)]
+    return [importlib.import_module(name) for name in names
+            if name not in NAMESPACE_MODULES and name not in PACKAGES and not name.endswith(".train")]
+
+
+@pytest.mark.parametrize("package_name", PACKAGES)
+def test_every_public_class_is_in_its_modules_all(package_name):
+    """A module lists its public API in ``__all__``; a public class outside it would be missed by the package."""
+    for module in _modules(package_name):
+        assert hasattr(module, "__all__"), f"{module.__name__} has no __all__"
+        classes = {name for name, obj in vars(module).items()
+                   if inspect.isclass(obj) and obj.__module__ == module.__name__ and not name.startswith("_")}
+        assert classes <= set(module.__all__), f"{module.__name__}: {sorted(classes - set(module.__all__))}"
+
+
+@pytest.mark.parametrize("package_name", PACKAGES)
+def test_the_package_exports_what_its_modules_declare(package_name):
+    """The package's ``__all__`` is the union of its modules' (plus the declared cross exports), sorted, and
+    each name is the module's object, documented."""
+    package = importlib.import_module(package_name)
+    declared = {name: module for module in _modules(package_name) for name in module.__all__}
+    expected = set(declared) | CROSS_EXPORTS.get(package_name, set())
+    assert set(package.__all__) == expected, (sorted(expected - set(package.__all__)), sorted(set(package.__all__) - expected))
+    assert package.__all__ == sorted(package.__all__)
+    for name in package.__all__:
+        value = getattr(package, name)
+        if name in declared:
+            assert value is getattr(declared[name], name), name
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__doc__, f"{package_name}.{name} has no docstring"

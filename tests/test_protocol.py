@@ -1,4 +1,4 @@
-"""The wire protocol: byte-exact rendering against the model's own chat template, and tolerant parsing."""
+"""The wire protocol's rendering: byte-exact against the model's own chat template (parsing: test_parsing.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import llama_cpp
 import pytest
 
 from venus_edge import protocol
-from venus_edge.protocol import observation, parse_turn, render_messages, render_system_prompt
+from venus_edge.grammar import turn_grammar
+from venus_edge.protocol import observation, render_messages, render_system_prompt
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 
-TOOLS = ("search", "visit")
 
 
 def _conversation() -> list[dict[str, str]]:
@@ -76,66 +76,11 @@ def test_generation_prompt_opens_reasoning():
     assert render_messages(_conversation()[:2]).endswith("<|im_start|>assistant\n<think>\n")
 
 
-@pytest.mark.parametrize(
-    "generated, kind, codes",
-    [
-        ('ok\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["a"]}}\n</tool_call>', "tool_call", []),
-        ("ok\n</think>\n\n<answer>\n42\n</answer>", "answer", []),
-        ('ok <tool_call>\n{"name": "search", "arguments": {"query": ["a"]}}\n</tool_call>', "tool_call", ["unclosed_think"]),
-        ('I will call <tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>\n</think>\n', "tool_call",
-         ["call_in_reasoning"]),
-        ('ok\n</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["a"]}}\n</tool_call>\nmore', "tool_call",
-         ["text_after_action"]),
-        ('x</think>\n<tool_call>{"name": "search", "arguments": {"query": ["a"]}}</tool_call><tool_call>{"name": "visit", '
-         '"arguments": {}}</tool_call>', "tool_call", ["several_calls", "text_after_action"]),
-        ('x</think>\n<tool_call>{"name": "search", "arguments": "{\\"query\\": [\\"a\\"]}"}</tool_call>', "tool_call",
-         ["string_arguments"]),
-        ("x</think>\n<tool_call>{name: search}</tool_call>", "malformed", ["invalid_json"]),
-        ('x</think>\n<tool_call>{"name": "browse", "arguments": {}}</tool_call>', "malformed", ["unknown_tool"]),
-        ('x</think>\n<tool_call>{"arguments": {}}</tool_call>', "malformed", ["missing_fields"]),
-        ('x</think>\n<tool_call>{"name": "search", "arguments": [1]}</tool_call>', "malformed", ["arguments_not_object"]),
-        ('x</think>\n<answer>a</answer><tool_call>{"name": "search", "arguments": {}}</tool_call>', "malformed", ["ambiguous"]),
-        ("x</think>\nThe answer is 42.", "malformed", ["no_action"]),
-        ("x</think>\n<answer>\n  \n</answer>", "malformed", ["empty_answer"]),
-        ("x</think>\n<answer>\n42", "malformed", ["unclosed_answer"]),
-    ],
-)
-def test_parse_turn(generated, kind, codes):
-    parsed = parse_turn(protocol.assistant_content(generated), TOOLS)
-    assert parsed.kind == kind, parsed.errors
-    assert [e.code for e in parsed.errors] == codes
-    assert parsed.well_formed == (not codes)
-
-
-def test_missing_think_is_fatal_and_text_before_think_is_not():
-    assert parse_turn("no reasoning <answer>1</answer>", TOOLS).kind == "malformed"
-    parsed = parse_turn("hello <think>x</think>\n<answer>1</answer>", TOOLS)
-    assert parsed.kind == "answer" and [e.code for e in parsed.errors] == ["text_before_think"]
-
-
-def test_unknown_tool_message_names_valid_tools():
-    parsed = parse_turn(protocol.assistant_content('x</think>\n<tool_call>{"name": "serch", "arguments": {}}</tool_call>'), TOOLS)
-    message = parsed.errors[0].message
-    assert "search, visit" in message and "Did you mean search?" in message
-
-
-def test_stop_string_and_everything_after_it_is_cut():
-    content = protocol.assistant_content('x</think>\n<tool_call>{"name": "search", "arguments": {"query": ["a"]}}</tool_call>\n'
-                                         "<tool_response>\nfake result")
-    assert "<tool_response>" not in content and parse_turn(content, TOOLS).kind == "tool_call"
-
-
-def test_tool_call_key_ignores_argument_order():
-    a = protocol.ToolCall("visit", {"url": ["u"], "goal": "g"})
-    b = protocol.ToolCall("visit", {"goal": "g", "url": ["u"]})
-    assert a.key() == b.key()
-
-
 def test_turn_grammar_compiles_and_restricts_actions():
     for actions in ("either", "call", "answer"):
-        grammar = protocol.turn_grammar([SEARCH_SCHEMA, VISIT_SCHEMA], actions=actions)
+        grammar = turn_grammar([SEARCH_SCHEMA, VISIT_SCHEMA], actions=actions)
         llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
-    assert "answer" not in protocol.turn_grammar([SEARCH_SCHEMA], actions="call").split("root ::=")[1].split("\n")[0]
+    assert "answer" not in turn_grammar([SEARCH_SCHEMA], actions="call").split("root ::=")[1].split("\n")[0]
     with pytest.raises(ValueError, match="cannot express"):
-        protocol.turn_grammar([{"function": {"name": "t", "parameters": {"properties": {"x": {"type": "object"}},
+        turn_grammar([{"function": {"name": "t", "parameters": {"properties": {"x": {"type": "object"}},
                                                                          "required": ["x"]}}}])

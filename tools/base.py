@@ -14,9 +14,29 @@ what a tool needs from the model it declares as a ``typing.Protocol`` here (``Te
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+import json5
+
+from venus_edge.tools.errors import ToolArgumentError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PreparedCall",
+    "TextCompleter",
+    "Tool",
+    "ToolAttempt",
+    "ToolFailure",
+    "ToolRegistry",
+    "ToolResult",
+    "call_key",
+    "coerce_arguments",
+    "load_entry_point_tools",
+    "validate_arguments",
+]
 
 ENTRY_POINT_GROUP = "venus_edge.tools"
 
@@ -94,7 +114,7 @@ class Tool(Protocol):
 
     ``schema`` is the OpenAI-style function object rendered verbatim into the system prompt, e.g.
     ``{"type": "function", "function": {"name": ..., "description": ..., "parameters": {...}}}``.
-    ``__call__`` receives arguments already checked by ``validate_arguments`` and normalized by ``normalize``.
+    ``__call__`` receives arguments coerced by ``coerce_arguments`` and checked by ``validate_arguments``.
     """
 
     name: str
@@ -113,13 +133,6 @@ class TextCompleter(Protocol):
     """
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str: ...
-
-
-class ToolArgumentError(ValueError):
-    """Raised by ``validate_arguments`` when a call's arguments do not fit the tool's schema.
-
-    The message is written for the model: it names the tool and the valid choices.
-    """
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -188,6 +201,124 @@ def as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+@dataclass(frozen=True)
+class PreparedCall:
+    """A tool call with its arguments coerced to the tool's schema: what runs, what is recorded, what is compared.
+
+    Attributes:
+        name: the tool name.
+        arguments: the coerced arguments (``coerce_arguments``).
+        dropped: names of arguments outside the schema, dropped as the reference does (``_filter_args`` in
+            DR-Venus Inference/run_demo.py); the model is not told.
+        changes: one sentence per coercion made (a JSON-encoded list decoded, a renamed alias, ...).
+    """
+
+    name: str
+    arguments: dict[str, Any]
+    dropped: tuple[str, ...] = ()
+    changes: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The call's identity (``call_key``): the duplicate-call guard and the replay records both use it."""
+        return call_key(self.name, self.arguments)
+
+
+def call_key(name: str, arguments: Mapping[str, Any]) -> str:
+    """The identity of a call of ``name`` with already coerced ``arguments``: ``{"arguments", "tool"}`` as JSON,
+    keys sorted, ASCII only (reference ``_tool_call_key``, with the tool name under ``tool``)."""
+    return json.dumps({"tool": name, "arguments": arguments}, sort_keys=True, ensure_ascii=True)
+
+
+def coerce_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> PreparedCall:
+    """Coerce a call's arguments to the tool's JSON schema, the way the reference treats what models write.
+
+    Rules (top-level properties): an argument outside ``properties`` is dropped, unless it is the plural or
+    singular of a missing property (``queries``/``query``, ``urls``/``url``: SFT/data_clean/
+    prepare_trajectories.py maps these); an ``array`` takes a list, a JSON- or Python-encoded list in a string
+    (``"[\\"a\\", \\"b\\"]"``), or a bare value (wrapped); a ``string`` given a list takes its first item (as the
+    reference cleaning does for ``goal``) and a number or boolean its JSON text; ``integer``, ``number`` and
+    ``boolean`` read their JSON text from a string; an ``object`` decodes a JSON string. Array items are coerced
+    to the item type. A value that fits no rule is kept as is, for ``validate_arguments`` to report.
+    """
+    function = schema.get("function", {})
+    properties: Mapping[str, Any] = function.get("parameters", {}).get("properties", {})
+    coerced: dict[str, Any] = {}
+    dropped: list[str] = []
+    changes: list[str] = []
+    for key, value in arguments.items():
+        target = key if key in properties else _alias_of(key, properties, arguments)
+        if target is None:
+            dropped.append(key)
+            continue
+        if target != key:
+            changes.append(f"{key} read as {target}")
+        value, note = _coerce_value(value, properties[target])
+        if note:
+            changes.append(f"{target}: {note}")
+        coerced[target] = value
+    return PreparedCall(str(function.get("name", "")), coerced, tuple(dropped), tuple(changes))
+
+
+def _alias_of(key: str, properties: Mapping[str, Any], given: Mapping[str, Any]) -> str | None:
+    """The property that ``key`` names in the plural or singular, when that property was not given itself."""
+    for name in properties:
+        if name not in given and _singular(key) == _singular(name):
+            return name
+    return None
+
+
+def _singular(word: str) -> str:
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
+
+
+def _coerce_value(value: Any, spec: Mapping[str, Any]) -> tuple[Any, str]:
+    """(value coerced to ``spec``'s type, a note of what changed or '')."""
+    kind = spec.get("type")
+    if kind == "array":
+        note = ""
+        if isinstance(value, str) and (decoded := _decoded_text(value, list)) is not None:
+            value, note = decoded, "a JSON-encoded list read as a list"
+        elif not isinstance(value, (list, tuple)):
+            value, note = [value], "a single value read as a one-item list"
+        coerced = [_coerce_value(item, spec.get("items", {})) for item in value]
+        item_notes = sorted({f"items: {item_note}" for _, item_note in coerced if item_note})
+        return [item for item, _ in coerced], "; ".join(filter(None, [note, *item_notes]))
+    if kind == "string" and not isinstance(value, str):
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], str):
+            return value[0], "a list read as its first item"
+        if isinstance(value, (int, float, bool, dict, list)):
+            return json.dumps(value, ensure_ascii=False), "a non-string read as its JSON text"
+    if kind in ("integer", "number", "boolean") and isinstance(value, str):
+        decoded = _decoded_text(value, (int, float, bool))
+        decoded = _as_integer(decoded) if kind == "integer" else decoded
+        if decoded is not None and _is_type(decoded, kind):
+            return decoded, f"the string {value!r} read as a {kind}"
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value), "an integral number read as an integer"
+    if kind == "object" and isinstance(value, str) and (decoded := _decoded_text(value, dict)) is not None:
+        return decoded, "a JSON-encoded object read as an object"
+    return value, ""
+
+
+def _decoded_text(text: str, types: type | tuple[type, ...]) -> Any:
+    """``text`` read as JSON (or json5: single quotes, as Python writes a list) when it holds one of ``types``."""
+    for loads in (json.loads, json5.loads):
+        try:
+            value = loads(text.strip())
+        except ValueError:
+            continue
+        if isinstance(value, types):
+            return value
+    return None
+
+
+def _as_integer(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class ToolRegistry:
     """The tools of one session, by name, in the order their schemas appear in the system prompt."""
 
@@ -222,16 +353,29 @@ class ToolRegistry:
         except KeyError:
             raise KeyError(unknown_tool_message(name, self.names)) from None
 
-    def call(self, name: str, arguments: Any) -> ToolResult:
-        """Validate ``arguments`` and call tool ``name``.
+    def prepare(self, name: str, arguments: Mapping[str, Any]) -> PreparedCall:
+        """``coerce_arguments`` with tool ``name``'s schema.
 
         Raises:
             KeyError: unknown tool.
-            ToolArgumentError: arguments that do not fit the schema.
         """
-        tool = self.get(name)
-        validate_arguments(tool.schema, arguments)
-        return tool(arguments)
+        return coerce_arguments(self.get(name).schema, arguments)
+
+    def run(self, call: PreparedCall) -> ToolResult:
+        """Validate the prepared arguments and call the tool.
+
+        Raises:
+            KeyError: unknown tool.
+            ToolArgumentError: arguments that do not fit the schema even after coercion (a missing required one,
+                a wrong type).
+        """
+        tool = self.get(call.name)
+        validate_arguments(tool.schema, call.arguments)
+        return tool(call.arguments)
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """``run(prepare(name, arguments))``."""
+        return self.run(self.prepare(name, arguments))
 
 
 def unknown_tool_message(name: str, valid: Sequence[str]) -> str:

@@ -21,12 +21,7 @@ Usage::
     hits = corpus.search("default pickle protocol", k=5)
     page = corpus.read(hits[0].url)
 
-Errors::
-
-    CorpusError
-    ├── EmptyCorpusError        the folder holds no readable document
-    ├── DocumentNotFoundError   a URL that names no document of this corpus (also a LookupError)
-    └── UnreadableDocumentError a document that can no longer be read (e.g. a PDF broken since indexing)
+Errors: ``CorpusError`` and its subclasses, in the tool layer's tree (``tools.errors``).
 """
 
 from __future__ import annotations
@@ -49,8 +44,16 @@ import Stemmer
 import lxml.html
 from lxml import etree
 
+from venus_edge.tools.errors import (
+    DocumentNotFoundError,
+    EmptyCorpusError,
+    PdfError,
+    UnreadableDocumentError,
+)
 from venus_edge.tools.passages import CJK_CHARS, WORD_PATTERN
-from venus_edge.tools.pdf import PdfError, pdf_text
+from venus_edge.tools.pdf import pdf_text
+
+__all__ = ["Corpus", "Document", "Hit", "IndexStats"]
 
 URL_SCHEME = "corpus"
 ACCEPTED_SUFFIXES: tuple[str, ...] = (".html", ".htm", ".md", ".txt", ".pdf")
@@ -69,22 +72,6 @@ _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 logger = logging.getLogger(__name__)
 _UTF8_HTML_PARSER = lxml.html.HTMLParser(encoding="utf-8")
 _STOPWORDS = "en"
-
-
-class CorpusError(Exception):
-    """Base class of the corpus errors."""
-
-
-class EmptyCorpusError(CorpusError):
-    """Raised by ``Corpus.open`` when the folder holds no document with an accepted extension."""
-
-
-class DocumentNotFoundError(CorpusError, LookupError):
-    """Raised by ``Corpus.read`` for a URL that names no document of this corpus."""
-
-
-class UnreadableDocumentError(CorpusError):
-    """Raised by ``Corpus.read`` when an indexed document can no longer be read as text (a PDF broken since)."""
 
 
 @dataclass(frozen=True)

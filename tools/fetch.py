@@ -15,7 +15,7 @@ builds its client on this transport. Requests that go through a proxy from the e
 are resolved and connected by the proxy, so only the per-hop check applies to them. A client passed in by the
 caller keeps its own transport (and the per-hop check).
 
-Failures raise ``FetchError`` with a ``kind`` that ``visit`` turns into a ``ToolFailure``::
+Failures raise ``FetchError`` (``tools.errors``) with a ``kind`` that ``visit`` turns into a ``ToolFailure``::
 
     FetchError.kind
     ├── refused_address      scheme other than http(s), or a non-global address (first hop or a redirect)
@@ -47,7 +47,10 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
-from venus_edge.tools.pdf import PDF_CONTENT_TYPES, PdfError, looks_like_pdf, pdf_text_isolated
+from venus_edge.tools.errors import FetchError, PdfError
+from venus_edge.tools.pdf import PDF_CONTENT_TYPES, looks_like_pdf, pdf_text_isolated
+
+__all__ = ["FetchLimits", "FetchedPage", "fetch_page"]
 
 DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
 TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
@@ -93,16 +96,6 @@ class FetchLimits:
                 raise ValueError(f"FetchLimits.{field_name} must be positive, got {getattr(self, field_name)}")
         if self.max_redirects < 0:
             raise ValueError(f"FetchLimits.max_redirects must be >= 0, got {self.max_redirects}")
-
-
-class FetchError(Exception):
-    """A page could not be fetched; ``kind`` is a ``ToolFailure`` kind (see the module docstring)."""
-
-    def __init__(self, kind: str, url: str, detail: str) -> None:
-        super().__init__(f"{kind}: {url}: {detail}")
-        self.kind = kind
-        self.url = url
-        self.detail = detail
 
 
 @dataclass(frozen=True)

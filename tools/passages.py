@@ -23,6 +23,8 @@ import trafilatura
 from bm25s.stopwords import STOPWORDS_EN
 from lxml import etree
 
+__all__: list[str] = []
+
 MIN_PASSAGE_CHARS = 80
 MAX_PASSAGE_CHARS = 1200
 # A <noscript> with at least this much text is the page's content, not a notice to enable JavaScript.

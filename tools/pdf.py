@@ -16,13 +16,13 @@ import io
 import subprocess
 import sys
 
+from venus_edge.tools.errors import PdfError
+
+__all__: list[str] = []
+
 PDF_CONTENT_TYPES = ("application/pdf", "application/x-pdf")
 PDF_MAGIC = b"%PDF-"
 DEFAULT_MAX_PAGES = 300
-
-
-class PdfError(ValueError):
-    """The bytes are not a readable PDF (malformed, truncated, or encrypted with a password)."""
 
 
 def looks_like_pdf(head: bytes) -> bool:

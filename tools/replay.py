@@ -1,12 +1,12 @@
 """Record tool calls to disk and replay them byte for byte, so sessions, tests and benchmarks need no network.
 
-A call is keyed by the tool name and its normalized arguments: every property the tool's schema declares as an
-``array`` becomes a list (``{"query": "q"}`` and ``{"query": ["q"]}`` are the same call, as the tools treat them
-the same), then ``json.dumps(..., sort_keys=True)``; the key is the SHA-256 of that text. Each record is one
-JSON file, ``{cache_dir}/{tool}/{key[:2]}/{key}.json``, holding the tool, the normalized arguments and the
-``ToolResult`` (text, visited URLs, typed failures). Files are written with ``ensure_ascii=True`` so any Python
-string, lone surrogates included, comes back identical, and renamed into place so a crash never leaves half a
-record.
+A call is keyed by the tool name and its arguments coerced to the tool's schema (``base.coerce_arguments``:
+``{"query": "q"}`` and ``{"query": ["q"]}`` are the same call, as the tools treat them the same), written as
+``base.call_key`` (the agent's duplicate-call guard uses the same text); the record's name is the SHA-256 of
+that text. Each record is one JSON file, ``{cache_dir}/{tool}/{key[:2]}/{key}.json``, holding the tool, the
+coerced arguments and the ``ToolResult`` (text, visited URLs, typed failures). Files are written with
+``ensure_ascii=True`` so any Python string, lone surrogates included, comes back identical, and renamed into
+place so a crash never leaves half a record.
 
 ``RecordingTool`` wraps a live tool and records every call (``reuse=True`` also answers repeated calls from the
 cache). ``ReplayTool`` answers only from the cache; a call never recorded gets an observation saying so and a
@@ -22,7 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from venus_edge.tools.base import Tool, ToolFailure, ToolResult, as_list
+from venus_edge.tools.base import Tool, ToolFailure, ToolResult, call_key, coerce_arguments
+
+__all__ = ["RecordingTool", "ReplayTool", "ToolCache"]
 
 RECORD_FORMAT_VERSION = 1
 NOT_RECORDED_TEMPLATE = (
@@ -32,19 +34,9 @@ NOT_RECORDED_TEMPLATE = (
 )
 
 
-def normalize_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Arguments with every ``array`` property of ``schema`` as a list (a bare value ``v`` becomes ``[v]``)."""
-    properties = schema.get("function", {}).get("parameters", {}).get("properties", {})
-    return {
-        key: as_list(value) if properties.get(key, {}).get("type") == "array" else value
-        for key, value in arguments.items()
-    }
-
-
-def call_key(name: str, arguments: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of the tool name and already-normalized arguments, ``json.dumps`` with sorted keys."""
-    text = json.dumps({"tool": name, "arguments": arguments}, sort_keys=True, ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+def record_name(name: str, arguments: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of ``call_key(name, arguments)``, arguments already coerced: the record's file name."""
+    return hashlib.sha256(call_key(name, arguments).encode("ascii")).hexdigest()
 
 
 class ToolCache:
@@ -57,8 +49,8 @@ class ToolCache:
         return self.cache_dir / name / key[:2] / f"{key}.json"
 
     def get(self, name: str, arguments: Mapping[str, Any]) -> ToolResult | None:
-        """The recorded result of ``name(arguments)`` (arguments normalized), or ``None``."""
-        path = self.path(name, call_key(name, arguments))
+        """The recorded result of ``name(arguments)`` (arguments coerced), or ``None``."""
+        path = self.path(name, record_name(name, arguments))
         if not path.is_file():
             return None
         record = json.loads(path.read_text(encoding="ascii"))
@@ -70,8 +62,8 @@ class ToolCache:
         )
 
     def put(self, name: str, arguments: Mapping[str, Any], result: ToolResult) -> Path:
-        """Record ``result`` for ``name(arguments)`` (arguments normalized), replacing any earlier record."""
-        path = self.path(name, call_key(name, arguments))
+        """Record ``result`` for ``name(arguments)`` (arguments coerced), replacing any earlier record."""
+        path = self.path(name, record_name(name, arguments))
         record = {
             "version": RECORD_FORMAT_VERSION,
             "tool": name,
@@ -110,11 +102,11 @@ class RecordingTool:
         self.reuse = reuse
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
-        normalized = normalize_arguments(self.schema, arguments)
-        if self.reuse and (recorded := self.cache.get(self.name, normalized)) is not None:
+        coerced = coerce_arguments(self.schema, arguments).arguments
+        if self.reuse and (recorded := self.cache.get(self.name, coerced)) is not None:
             return recorded
-        result = self.tool(arguments)
-        self.cache.put(self.name, normalized, result)
+        result = self.tool(coerced)
+        self.cache.put(self.name, coerced, result)
         return result
 
     def close(self) -> None:
@@ -147,10 +139,10 @@ class ReplayTool:
         return cls(tool.name, tool.schema, cache_dir)
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
-        normalized = normalize_arguments(self.schema, arguments)
-        recorded = self.cache.get(self.name, normalized)
+        coerced = coerce_arguments(self.schema, arguments).arguments
+        recorded = self.cache.get(self.name, coerced)
         if recorded is not None:
             return recorded
-        shown = json.dumps(normalized, ensure_ascii=False, sort_keys=True)
+        shown = json.dumps(coerced, ensure_ascii=False, sort_keys=True)
         text = NOT_RECORDED_TEMPLATE.format(tool=self.name, arguments=shown)
         return ToolResult(text, failures=(ToolFailure("not_recorded", shown, f"no record in {self.cache.cache_dir}"),))

@@ -23,6 +23,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from venus_edge.tools.base import ToolAttempt, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import Corpus, Hit
 
+__all__ = ["SEARCH_SCHEMA", "BackendAttempt", "CorpusSearchBackend", "SearchBackend", "SearchTool"]
+
 DEFAULT_TOP_K = 10
 
 SEARCH_SCHEMA: dict[str, Any] = {

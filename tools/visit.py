@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from venus_edge.tools.base import TextCompleter, ToolFailure, ToolResult, as_list
-from venus_edge.tools.corpus import URL_SCHEME, Corpus, DocumentNotFoundError, UnreadableDocumentError
+from venus_edge.tools.corpus import URL_SCHEME, Corpus
+from venus_edge.tools.errors import DocumentNotFoundError, UnreadableDocumentError
 from venus_edge.tools.fetch import (
     DEFAULT_USER_AGENT,
     FetchError,
@@ -55,6 +56,8 @@ from venus_edge.tools.passages import (
     is_script_shell,
     select_passages,
 )
+
+__all__ = ["VISIT_SCHEMA", "VisitTool"]
 
 VISIT_SCHEMA: dict[str, Any] = {
     "type": "function",
@@ -115,7 +118,7 @@ RETRY_PROMPT = (
 
 
 @dataclass(frozen=True)
-class PageText:
+class _PageText:
     """A page read and cut into passages."""
 
     url: str
@@ -224,7 +227,7 @@ class VisitTool:
 
     # ---- reading ---------------------------------------------------------------------------------------
 
-    def _read_all(self, urls: list[str]) -> list[tuple[PageText | None, ToolFailure | None]]:
+    def _read_all(self, urls: list[str]) -> list[tuple[_PageText | None, ToolFailure | None]]:
         """``_read`` of every URL, in the order given, up to ``max_concurrent_reads`` in flight at once.
 
         A read still running ``total_timeout_s`` plus ``READ_GRACE_S`` after it started is reported as a
@@ -232,7 +235,7 @@ class VisitTool:
         that drips its headers byte by byte, or a PDF that is slow to parse, would otherwise hold the call. A read
         left behind ends with its own limits, or when ``close()`` closes the client under it.
         """
-        results: list[tuple[PageText | None, ToolFailure | None]] = [(None, None)] * len(urls)
+        results: list[tuple[_PageText | None, ToolFailure | None]] = [(None, None)] * len(urls)
         waiting = list(enumerate(urls))
         running: dict[int, float] = {}  # index -> deadline
         finished: queue.SimpleQueue = queue.SimpleQueue()
@@ -260,14 +263,14 @@ class VisitTool:
                     del running[index]
         return results
 
-    def _read(self, url: str) -> tuple[PageText | None, ToolFailure | None]:
+    def _read(self, url: str) -> tuple[_PageText | None, ToolFailure | None]:
         """Read one URL into passages, or say why not; never raises (one bad page must not sink the call)."""
         try:
             return self._read_page(url)
         except Exception as exc:  # a fault in a parser or library on hostile input: this URL fails, the rest go on
             return None, ToolFailure("backend_error", url, f"reading failed: {type(exc).__name__}: {exc}")
 
-    def _read_page(self, url: str) -> tuple[PageText | None, ToolFailure | None]:
+    def _read_page(self, url: str) -> tuple[_PageText | None, ToolFailure | None]:
         try:
             if urlsplit(url).scheme == URL_SCHEME:
                 source, content_type = self._read_corpus(url)
@@ -297,7 +300,7 @@ class VisitTool:
             return None, ToolFailure("empty", url, detail)
         if not passages:
             return None, ToolFailure("empty", url, "no readable text in the page")
-        return PageText(url, passages), None
+        return _PageText(url, passages), None
 
     def _read_corpus(self, url: str) -> tuple[str, str]:
         name = urlsplit(url).netloc
@@ -323,7 +326,7 @@ class VisitTool:
 
     # ---- evidence and summary --------------------------------------------------------------------------
 
-    def _summarize(self, page: PageText, goal: str) -> tuple[str, str, ToolFailure | None]:
+    def _summarize(self, page: _PageText, goal: str) -> tuple[str, str, ToolFailure | None]:
         """(evidence, summary, failure): the completer's when it answers with parseable JSON, else extractive."""
         if self.completer is None:
             return (*self._extractive(page, goal), None)
@@ -347,7 +350,7 @@ class VisitTool:
         failure = ToolFailure("backend_error", page.url, f"{problem}; extractive output used")
         return (*self._extractive(page, goal), failure)
 
-    def _extractive(self, page: PageText, goal: str) -> tuple[str, str]:
+    def _extractive(self, page: _PageText, goal: str) -> tuple[str, str]:
         kept = select_passages(
             page.passages,
             goal,

@@ -37,16 +37,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from venus_edge.tools.corpus import Hit
+from venus_edge.tools.errors import WebSearchError
+
+__all__ = ["DdgsSearchBackend", "SearchAttempt"]
 
 DEFAULT_ENGINES = ("duckduckgo", "brave", "mojeek", "startpage", "yahoo", "wikipedia")
 RATE_LIMIT_STATUSES = (202, 403, 429)
 CJK_REGION = "cn-zh"
 DEFAULT_REGION = "us-en"
 INSTALL_HINT = "the web search backend needs ddgs: pip install 'venus-edge[web]' (or pip install 'ddgs>=9')"
-
-
-class WebSearchError(Exception):
-    """No engine gave results for a query within ``max_rounds``; the message lists each engine's last outcome."""
 
 
 @dataclass(frozen=True)

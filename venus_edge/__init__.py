@@ -3,6 +3,9 @@
     from venus_edge import Agent, LlamaCppEngine, default_tools
     engine = LlamaCppEngine("DR-Venus-4B-RL-Q4_K_M.gguf")
     result = Agent(engine, default_tools(["docs/"], completer=engine)).run("When was tomllib added?")
+
+Every name a runtime module lists in its ``__all__`` is exported here (``protocol`` and ``testing`` are used as
+modules: ``from venus_edge import protocol``), with the tool layer's ``Tool``, ``ToolResult`` and ``ToolError``.
 """
 
 import importlib as _importlib
@@ -10,15 +13,20 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
-_EXPORTS = {
-    "Agent": "agent", "AgentConfig": "agent", "Result": "agent",
-    "Completion": "engine", "Engine": "engine", "GenerationStats": "engine", "LlamaCppEngine": "engine",
-    "SamplingParams": "engine",
-    "ContextOverflowError": "errors", "EngineStateError": "errors", "ModelLoadError": "errors",
-    "ModelNotFoundError": "errors", "TrajectoryError": "errors", "VenusEdgeError": "errors",
-    "resolve_model": "models", "default_tools": "toolbox", "Trajectory": "trajectory",
-    "read_trajectories": "trajectory",
+_MODULE_EXPORTS = {
+    "agent": ("Agent", "AgentConfig", "Result"),
+    "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams"),
+    "errors": ("ContextOverflowError", "EngineStateError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError",
+               "VenusEdgeError"),
+    "events": ("ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted", "TextDelta",
+               "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried", "TurnStarted"),
+    "grammar": ("GrammarLimits",),
+    "models": ("resolve_model",),
+    "toolbox": ("MergedSearchBackend", "default_tools"),
+    "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
+    "tools": ("Tool", "ToolError", "ToolResult"),
 }
+_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 
 if _TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig, Result
@@ -31,9 +39,32 @@ if _TYPE_CHECKING:
         TrajectoryError,
         VenusEdgeError,
     )
+    from venus_edge.events import (
+        ErrorRaised,
+        Event,
+        LimitReached,
+        SessionFinished,
+        SessionStarted,
+        TextDelta,
+        ToolAttempted,
+        ToolCalled,
+        ToolReturned,
+        TurnCompleted,
+        TurnRetried,
+        TurnStarted,
+    )
+    from venus_edge.grammar import GrammarLimits
     from venus_edge.models import resolve_model
-    from venus_edge.toolbox import default_tools
-    from venus_edge.trajectory import Trajectory, read_trajectories
+    from venus_edge.toolbox import MergedSearchBackend, default_tools
+    from venus_edge.tools import Tool, ToolError, ToolResult
+    from venus_edge.trajectory import (
+        Journal,
+        SkippedLine,
+        Trajectory,
+        TrajectoryWriter,
+        read_journal,
+        read_trajectories,
+    )
 
 
 def __getattr__(name: str) -> _Any:
@@ -47,23 +78,4 @@ def __dir__() -> list[str]:
     return sorted(list(globals()) + list(_EXPORTS))
 
 
-__all__ = [
-    "Agent",
-    "AgentConfig",
-    "Completion",
-    "ContextOverflowError",
-    "Engine",
-    "EngineStateError",
-    "GenerationStats",
-    "LlamaCppEngine",
-    "ModelLoadError",
-    "ModelNotFoundError",
-    "Result",
-    "SamplingParams",
-    "Trajectory",
-    "TrajectoryError",
-    "VenusEdgeError",
-    "default_tools",
-    "read_trajectories",
-    "resolve_model",
-]
+__all__ = sorted(_EXPORTS)

@@ -6,10 +6,15 @@ fails to parse, or repeats a tool call already made; on the last attempt a parse
 format-error notice and a duplicate call is executed. At the turn or context limit the last observation is
 replaced by a notice asking for the final answer, and one more turn is generated.
 
+Tool arguments are coerced to the tool's schema (``tools.base.coerce_arguments``) before a call runs and before
+it is compared with earlier calls, and arguments outside the schema are dropped without telling the model, as
+the reference does; what was dropped or changed goes into the ``ToolCalled`` event and the journal. A turn that
+needed leniency to parse enters the history in its canonical form (``protocol.ParsedTurn.content``) and its
+format errors are journaled for the RL format penalty.
+
 Departures from the reference:
 1. No back-off sleep between retries: the model is local, a retry is only a new sample (with a new seed).
-2. Tool arguments outside the schema are not silently dropped: the model is told which arguments are valid.
-3. The prompt budget is also capped by the engine's ``n_ctx`` minus ``answer_reserve_tokens``.
+2. The prompt budget is also capped by the engine's ``n_ctx`` minus ``answer_reserve_tokens``.
 
 Usage:
 
@@ -34,6 +39,7 @@ from typing import Any, Generator, Iterable, Iterator
 from venus_edge import protocol
 from venus_edge.engine import Completion, Engine, SamplingParams
 from venus_edge.errors import ContextOverflowError
+from venus_edge.grammar import GrammarLimits, turn_grammar
 from venus_edge.events import (
     ErrorRaised,
     Event,
@@ -48,8 +54,11 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.tools.base import Tool, ToolArgumentError, ToolRegistry, ToolResult
+from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
+from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.trajectory import TrajectoryWriter
+
+__all__ = ["Agent", "AgentConfig", "Result"]
 
 # Termination reasons, as the reference loop records them.
 ANSWERED = "answered"
@@ -75,7 +84,7 @@ class AgentConfig:
         repetition_tail_chars: length of the tail checked by the repetition detector (reference: 50).
         repetition_max_count: the tail may occur at most this many times (reference: 5).
         sampling: decoding settings; ``max_tokens`` is the per-turn budget (reference: 15,000).
-        strict: constrain each turn with a grammar built from the tool schemas (``protocol.turn_grammar``).
+        strict: constrain each turn with a grammar built from the tool schemas (``grammar.turn_grammar``).
         min_tool_calls: in strict mode, the grammar allows no answer before this many tool calls were made, so
             that even a small model researches before it answers (ignored without ``strict``).
         grammar_limits: length bounds used in strict mode.
@@ -93,7 +102,7 @@ class AgentConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     strict: bool = False
     min_tool_calls: int = 0
-    grammar_limits: protocol.GrammarLimits = field(default_factory=protocol.GrammarLimits)
+    grammar_limits: GrammarLimits = field(default_factory=GrammarLimits)
     seed: int = 0
     today: Date | None = None
 
@@ -145,6 +154,7 @@ class _Attempt:
     parsed: protocol.ParsedTurn | None
     completion: Completion | None
     attempts: int
+    call: PreparedCall | None = None
 
 
 class Agent:
@@ -176,7 +186,7 @@ class Agent:
         if not self.config.strict:
             return None
         actions = "answer" if forcing else "either" if tool_calls_made >= self.config.min_tool_calls else "call"
-        return protocol.turn_grammar(self.registry.schemas, self.config.grammar_limits, actions=actions)
+        return turn_grammar(self.registry.schemas, self.config.grammar_limits, actions=actions)
 
     def run(self, question: str) -> Result:
         """Research ``question`` to a termination and return the result (events are consumed silently).
@@ -259,8 +269,8 @@ class _Session:
             if parsed.kind == "answer":
                 yield from self._record_turn(step, attempt, None, ToolResult(""))
                 return (yield from self._end(ANSWERED, parsed.answer))
-            if parsed.kind == "tool_call":
-                result = yield from self._call_tool(step, parsed.tool_call)
+            if attempt.call is not None:
+                result = yield from self._call_tool(step, attempt.call)
                 text = protocol.observation(result.text)
             else:
                 result, text = ToolResult(""), protocol.observation(protocol.FORMAT_ERROR_NOTICE)
@@ -303,7 +313,9 @@ class _Session:
             yield TurnStarted(step, attempt, len(prompt_ids), self.engine.n_ctx)
             deltas: list[str] = []
             completion = self.engine.generate(
-                prompt_ids, sampling=self.config.sampling, stop=protocol.STOP_STRINGS, grammar=self.agent.grammar(len(self.call_keys), forcing=self.pending_notice is not None),
+                prompt_ids, sampling=self.config.sampling, stop=protocol.STOP_STRINGS,
+                stop_text_if=protocol.action_complete,
+                grammar=self.agent.grammar(len(self.call_keys), forcing=self.pending_notice is not None),
                 on_text=deltas.append, seed=self.config.seed + self.samples,
             )
             self.samples += 1
@@ -315,7 +327,10 @@ class _Session:
                 continue
             content = protocol.assistant_content(completion.text)
             parsed = protocol.parse_turn(content, self.agent.registry.names)
-            last = _Attempt(parsed, completion, attempt + 1)
+            call = None
+            if parsed.tool_call is not None:
+                call = self.agent.registry.prepare(parsed.tool_call.name, parsed.tool_call.arguments)
+            last = _Attempt(parsed, completion, attempt + 1, call)
             if self._is_repetitive(completion.text) and not final_try:
                 yield from self._retry(step, attempt, "repetition", "the output repeats its last characters")
                 continue
@@ -325,8 +340,8 @@ class _Session:
                     detail = "; ".join(e.message for e in parsed.errors if e.fatal)
                     yield from self._retry(step, attempt, "format", detail)
                     continue
-            elif parsed.tool_call is not None and parsed.tool_call.key() in self.call_keys and not final_try:
-                yield from self._retry(step, attempt, "duplicate_call", parsed.tool_call.key())
+            elif call is not None and call.key in self.call_keys and not final_try:
+                yield from self._retry(step, attempt, "duplicate_call", call.key)
                 continue
             return last
         return last
@@ -340,13 +355,12 @@ class _Session:
         tail_len = self.config.repetition_tail_chars
         return len(text) >= tail_len and text.count(text[-tail_len:]) > self.config.repetition_max_count
 
-    def _call_tool(self, step: int, call: protocol.ToolCall | None) -> Generator[Event, None, ToolResult]:
-        assert call is not None
-        self.call_keys.add(call.key())
-        yield ToolCalled(step, call.name, call.arguments)
+    def _call_tool(self, step: int, call: PreparedCall) -> Generator[Event, None, ToolResult]:
+        self.call_keys.add(call.key)
+        yield ToolCalled(step, call.name, call.arguments, list(call.dropped), list(call.changes))
         started = time.monotonic()
         try:
-            result = self.agent.registry.call(call.name, call.arguments)
+            result = self.agent.registry.run(call)
         except ToolArgumentError as exc:
             result = ToolResult(f"Error: {exc}")
         except Exception as exc:  # a tool's bug must not end the session; the model sees a short error
@@ -363,15 +377,19 @@ class _Session:
         return result
 
     def _record_turn(self, step: int, attempt: _Attempt, observation: str | None, result: ToolResult) -> Iterator[Event]:
-        parsed, completion = attempt.parsed, attempt.completion
+        parsed, completion, call = attempt.parsed, attempt.completion, attempt.call
         assert parsed is not None and completion is not None
         errors = [e.to_dict() for e in parsed.errors]
         stats = completion.stats.to_dict()
         if self.journal:
+            generated = parsed.generated if parsed.generated != parsed.content else None
             self.journal.turn(
-                turn=step, content=parsed.content, token_ids=completion.token_ids,
+                turn=step, content=parsed.content, generated=generated, token_ids=completion.token_ids,
                 finish_reason=completion.finish_reason, attempts=attempt.attempts, format_errors=errors,
-                tool_call=parsed.tool_call.to_dict() if parsed.tool_call else None, observation=observation,
+                tool_call={"name": call.name, "arguments": call.arguments} if call else None,
+                dropped_arguments=list(call.dropped) if call else [],
+                argument_changes=list(call.changes) if call else [],
+                observation=observation,
                 visited_urls=list(result.visited_urls), tool_failures=[f.to_dict() for f in result.failures],
                 tool_attempts=[a.to_dict() for a in result.attempts],
                 replaces_last_observation=self.pending_notice, stats=stats,

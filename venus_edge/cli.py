@@ -111,7 +111,7 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.engine import LlamaCppEngine, SamplingParams
     from venus_edge.models import resolve_model
     from venus_edge.toolbox import default_tools
-    from venus_edge.tools.corpus import CorpusError
+    from venus_edge.tools.errors import ToolError
 
     if not (args.corpus or args.web or args.replay):
         parser.error("give at least one --corpus DIR, --web, or --replay DIR")
@@ -131,7 +131,7 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             args.corpus, web=args.web, completer=completer, allowed_networks=args.allow_network,
             record_dir=args.record, replay_dir=args.replay,
         )
-    except (CorpusError, ValueError, ImportError, OSError) as exc:
+    except (ToolError, ValueError, ImportError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     model_path = resolve_model(args.model)
@@ -218,7 +218,9 @@ class _Progress:
             failed = f", {len(event.failures)} failed ({kinds})" if event.failures else ""
             return f"  -> {event.observation_chars:,} chars in {event.elapsed_s:.1f} s, {len(event.visited_urls)} read{failed}"
         if isinstance(event, LimitReached):
-            return f"  ! {event.limit} limit reached: {event.detail}; the model is asked for its final answer"
+            # The turn and context limits ask for one more turn (the final answer); the time limit ends the session.
+            then = "the session ends without an answer" if event.limit == "time" else "the model is asked for its final answer"
+            return f"  ! {event.limit} limit reached: {event.detail}; {then}"
         if isinstance(event, ErrorRaised):
             return f"  ! error in {event.where}: {event.message}"
         if isinstance(event, SessionFinished):

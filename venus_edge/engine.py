@@ -33,6 +33,8 @@ from llama_cpp import _internals
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
+__all__ = ["Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams"]
+
 GGUF_MAGIC = b"GGUF"
 DEFAULT_N_CTX = 32_768
 # visit reads a page reduced to DEFAULT_REDUCE_BUDGET_TOKENS plus its prompt and answer; 8K holds them.
@@ -44,14 +46,13 @@ class SamplingParams:
     """Sampling settings for one generation call.
 
     Defaults are the DR-Venus inference defaults (PROTOCOL.md, "Decoding and limits"; Inference/run_demo.py).
-    llama.cpp applies the presence penalty over the last ``penalty_last_n`` tokens (64 by default in
-    llama-cpp-python), where vLLM applies it over all generated tokens.
 
     Attributes:
         temperature: softmax temperature; 0 means greedy.
         top_p: nucleus mass kept.
         top_k: candidates kept before top_p.
-        presence_penalty: subtracted once from the logit of every token already present.
+        presence_penalty: subtracted once from the logit of every token already generated in this call (all of
+            them, as vLLM does; not a window of the last 64 as llama-cpp-python's default).
         max_tokens: new tokens at most in this call.
     """
 
@@ -129,10 +130,18 @@ class Completion:
 
 
 TokenCallback = Callable[[str], None]
+#: Called with the text generated before a stop string met as text; False means that occurrence is text, not a stop.
+StopTextRule = Callable[[str], bool]
 
 
 class Engine(Protocol):
-    """What the agent needs from a model. ``LlamaCppEngine`` is the runtime's; training plugs in others."""
+    """What the agent needs from a model. ``LlamaCppEngine`` is the runtime's; training plugs in others.
+
+    Stop semantics every engine follows: a stop string that the vocabulary holds as one token (an added token
+    such as Qwen3's ``<tool_response>``) stops generation only when that token is sampled, never when the same
+    characters are spelled by other tokens; any other stop string stops on the text, where ``stop_text_if``
+    (when given) accepts the text before it. The stop token or string is not part of the completion.
+    """
 
     @property
     def n_ctx(self) -> int: ...
@@ -147,12 +156,27 @@ class Engine(Protocol):
         *,
         sampling: SamplingParams,
         stop: Sequence[str] = (),
+        stop_text_if: StopTextRule | None = None,
         grammar: str | None = None,
         on_text: TokenCallback | None = None,
         seed: int | None = None,
     ) -> Completion: ...
 
     def model_info(self) -> dict[str, Any]: ...
+
+
+#: GGUF ``tokenizer.ggml.pre`` values whose Hugging Face tokenizer NFC-normalizes its input and llama.cpp's does
+#: not (TEST_MODELS.md, "Facts that decide test design").
+NFC_PRE_TOKENIZERS = frozenset({"qwen2"})
+
+
+def tokenizer_normalize(text: str, metadata: Mapping[str, Any]) -> str:
+    """``text`` as the model's Hugging Face tokenizer sees it before splitting: NFC for the Qwen vocabularies
+    (``NFC_PRE_TOKENIZERS``), unchanged otherwise. ``metadata`` is the GGUF's (``Llama.metadata``). Apply it
+    before ``llama_tokenize`` so that llama.cpp's ids equal the ones the model was trained on."""
+    if metadata.get("tokenizer.ggml.pre") in NFC_PRE_TOKENIZERS:
+        return unicodedata.normalize("NFC", text)
+    return text
 
 
 def physical_cores() -> int:
@@ -261,7 +285,8 @@ class LlamaCppEngine:
         self.seed = seed
         self._vocab = self._llm._model.vocab
         self._pieces: dict[int, bytes] = {}
-        self._nfc = self._llm.metadata.get("tokenizer.ggml.pre") == "qwen2"
+        self._single_tokens: dict[str, int | None] = {}
+        self._qwen_vocab = self._llm.metadata.get("tokenizer.ggml.pre") in NFC_PRE_TOKENIZERS
         self._helper: _HelperContext | None = None
         self.helper_n_ctx = helper_n_ctx
         self._closed = False
@@ -282,8 +307,7 @@ class LlamaCppEngine:
         llama.cpp does not (TEST_MODELS.md), so the ids equal the ones the model was trained on.
         """
         self._check_open()
-        if self._nfc:
-            text = unicodedata.normalize("NFC", text)
+        text = tokenizer_normalize(text, self._llm.metadata)
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=parse_special)
 
     def token_bytes(self, token_id: int) -> bytes:
@@ -308,6 +332,16 @@ class LlamaCppEngine:
     def is_end_of_generation(self, token_id: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
 
+    def single_token_id(self, text: str) -> int | None:
+        """The id of the added token whose text is ``text`` (``<tool_response>`` in the Qwen3 vocabulary), or None
+        when the vocabulary spells ``text`` with ordinary tokens."""
+        if text not in self._single_tokens:
+            ids = self.tokenize(text, parse_special=True)
+            added = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            is_added = len(ids) == 1 and llama_cpp.llama_vocab_get_attr(self._vocab, ids[0]) & added
+            self._single_tokens[text] = ids[0] if is_added else None
+        return self._single_tokens[text]
+
     # ------------------------------------------------------------------------------------------ generate
     def generate(
         self,
@@ -315,6 +349,7 @@ class LlamaCppEngine:
         *,
         sampling: SamplingParams = SamplingParams(),
         stop: Sequence[str] = (),
+        stop_text_if: StopTextRule | None = None,
         grammar: str | None = None,
         on_text: TokenCallback | None = None,
         seed: int | None = None,
@@ -324,7 +359,9 @@ class LlamaCppEngine:
         Args:
             prompt_ids: the whole prompt; the part shared with the previous call's tokens is not evaluated again.
             sampling: sampling settings; ``max_tokens`` is also capped by the room left in ``n_ctx``.
-            stop: stop strings; the text is cut before the first one met.
+            stop: stop strings (see ``Engine``): one that the vocabulary holds as a single token stops on that
+                token's id only; the others stop on the text, which is cut before the first one met.
+            stop_text_if: accepts a text stop given the text before it (``protocol.action_complete``); default all.
             grammar: a GBNF grammar constraining the output (llama.cpp ``LlamaGrammar``).
             on_text: called with each new piece of text as it is decoded (stop strings never leak into it).
             seed: sampling seed for this call (default: the engine's seed). The agent passes a new seed per
@@ -335,7 +372,7 @@ class LlamaCppEngine:
         """
         self._check_open()
         self._llm.set_seed(self.seed if seed is None else seed)
-        return _run_generation(self, self._llm, prompt_ids, sampling, stop, grammar, on_text)
+        return _run_generation(self, self._llm, prompt_ids, sampling, stop, stop_text_if, grammar, on_text)
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
         """Complete a short chat on a second context that shares the weights (``TextCompleter`` protocol).
@@ -346,7 +383,7 @@ class LlamaCppEngine:
         self._check_open()
         if self._helper is None:
             self._helper = _HelperContext(self._llm, self.helper_n_ctx)
-        thinking = self._nfc  # the qwen2 pre-tokenizer: a Qwen3 thinking model opens its reasoning block
+        thinking = self._qwen_vocab  # a Qwen3 thinking model opens its reasoning block
         # The contents are page text: control tokens written in them stay text.
         ids = [
             token
@@ -357,7 +394,7 @@ class LlamaCppEngine:
         if len(ids) > room:
             raise ContextOverflowError(len(ids), _n_ctx(self._helper.llm), "shorten the extraction input")
         completion = _run_generation(self, self._helper.llm, ids, SamplingParams(
-            temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens), (), None, None)
+            temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens), (), None, None, None)
         text = completion.text
         return text.split("</think>")[-1].strip() if thinking or "</think>" in text else text.strip()
 
@@ -462,10 +499,16 @@ def _run_generation(
     prompt_ids: Sequence[int],
     sampling: SamplingParams,
     stop: Sequence[str],
+    stop_text_if: StopTextRule | None,
     grammar: str | None,
     on_text: TokenCallback | None,
 ) -> Completion:
-    """The one decode loop, for the main context and the helper context alike."""
+    """The one decode loop, for the main context and the helper context alike.
+
+    The presence penalty covers every token generated in the call, as vLLM applies it (PROTOCOL.md, "Decoding
+    and limits"): llama.cpp's penalty window (``last_n_tokens_size``, 64 by default) is set to ``max_tokens``.
+    Prompt tokens are never in it: llama.cpp's sampler only sees the tokens it samples.
+    """
     prompt_ids = list(prompt_ids)
     room = _n_ctx(llm) - len(prompt_ids)
     if room < 1 or not prompt_ids:
@@ -474,7 +517,9 @@ def _run_generation(
     max_tokens = min(sampling.max_tokens, room)
     compiled = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    stream = _StopStream(stop, on_text)
+    stop_ids = {token: text for text in stop if (token := engine.single_token_id(text)) is not None}
+    stream = _StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
+    llm.last_n_tokens_size = max_tokens
     token_ids: list[int] = []
     finish: FinishReason = "length"
     decoded = 0
@@ -490,6 +535,9 @@ def _run_generation(
         if engine.is_end_of_generation(token):
             finish = "eog"
             break
+        if token in stop_ids:
+            finish, stream.stop_hit = "stop", stop_ids[token]
+            break
         token_ids.append(token)
         if stream.feed(decoder.decode(engine.token_bytes(token))):
             finish = "stop"
@@ -497,7 +545,7 @@ def _run_generation(
         if len(token_ids) >= max_tokens:
             break
     tokens.close()
-    if finish != "stop":
+    if finish != "stop" or stream.stop_hit in stop_ids.values():
         stream.feed(decoder.decode(b"", final=True))
         stream.flush()
     end = time.perf_counter()
@@ -514,10 +562,14 @@ def _run_generation(
 
 @dataclass
 class _StopStream:
-    """Accumulates decoded text, finds stop strings, and streams only text that cannot start a stop string."""
+    """Accumulates decoded text, finds text stop strings, and streams only text that cannot start one.
+
+    An occurrence that ``accept`` rejects (given the text before it) is text; it is judged once.
+    """
 
     stops: Sequence[str]
     on_text: TokenCallback | None
+    accept: StopTextRule | None = None
     text: str = ""
     emitted: int = 0
     stop_hit: str | None = None
@@ -528,14 +580,19 @@ class _StopStream:
 
     def feed(self, piece: str) -> bool:
         """Add text; return True when a stop string has been met (the text is then cut before it)."""
+        before = len(self.text)
         self.text += piece
-        window = max(0, len(self.text) - len(piece) - self._longest)
-        hits = [(pos, s) for s in self.stops if (pos := self.text.find(s, window)) != -1]
-        if hits:
-            pos, self.stop_hit = min(hits)
-            self.text = self.text[:pos]
-            self.flush()
-            return True
+        # Occurrences that end in the new piece; older ones were judged already.
+        hits = sorted(
+            (pos, stop)
+            for stop in self.stops
+            for pos in _occurrences(self.text, stop, max(0, before - len(stop) + 1))
+        )
+        for pos, stop in hits:
+            if self.accept is None or self.accept(self.text[:pos]):
+                self.stop_hit, self.text = stop, self.text[:pos]
+                self.flush()
+                return True
         held = max((n for s in self.stops for n in range(len(s) - 1, 0, -1) if self.text.endswith(s[:n])), default=0)
         self._emit(len(self.text) - held)
         return False
@@ -548,3 +605,11 @@ class _StopStream:
             if self.on_text is not None:
                 self.on_text(self.text[self.emitted: upto])
             self.emitted = upto
+
+
+def _occurrences(text: str, needle: str, start: int) -> list[int]:
+    positions = []
+    while (pos := text.find(needle, start)) != -1:
+        positions.append(pos)
+        start = pos + 1
+    return positions

@@ -16,6 +16,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+__all__ = [
+    "ContextOverflowError",
+    "EngineStateError",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "TrajectoryError",
+    "VenusEdgeError",
+]
+
 
 class VenusEdgeError(Exception):
     """Base class of every error the runtime raises on purpose."""

@@ -8,6 +8,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+__all__ = [
+    "ErrorRaised",
+    "Event",
+    "LimitReached",
+    "SessionFinished",
+    "SessionStarted",
+    "TextDelta",
+    "ToolAttempted",
+    "ToolCalled",
+    "ToolReturned",
+    "TurnCompleted",
+    "TurnRetried",
+    "TurnStarted",
+]
+
 
 @dataclass(frozen=True)
 class Event:
@@ -73,10 +88,16 @@ class TurnCompleted(Event):
 
 @dataclass(frozen=True)
 class ToolCalled(Event):
+    """A tool call is about to run. ``arguments`` are coerced to the tool's schema; ``dropped_arguments`` names
+    those outside it (dropped silently for the model, as the reference does) and ``argument_changes`` says what
+    coercion changed (``tools.base.coerce_arguments``)."""
+
     type: ClassVar[str] = "tool_called"
     turn: int
     name: str
     arguments: Any
+    dropped_arguments: list[str] = field(default_factory=list)
+    argument_changes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from venus_edge.errors import ModelNotFoundError
 
+__all__ = ["resolve_model"]
+
 DEFAULT_MODEL = "inclusionAI/DR-Venus-4B-RL-GGUF"
 DEFAULT_QUANT = "Q4_K_M"
 

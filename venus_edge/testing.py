@@ -61,7 +61,9 @@ def answer_turn(text: str) -> str:
 class ScriptedEngine:
     """An ``Engine`` that returns canned turns in order, to drive the real agent loop without a model.
 
-    One token per character (``ord``); a turn that is an exception instance is raised instead of returned.
+    One token per character (``ord``), so every stop string is spelled as text: a turn is cut at the first stop
+    string that ``stop_text_if`` accepts, as an engine without a ``<tool_response>`` token cuts it. A turn that
+    is an exception instance is raised instead of returned.
     Test your own tools with it: ``Agent(ScriptedEngine([tool_call_turn("mytool", x=1), answer_turn("42")]),
     [MyTool()]).run("question")``.
 
@@ -83,8 +85,8 @@ class ScriptedEngine:
         return "".join(map(chr, token_ids))
 
     def generate(self, prompt_ids: Sequence[int], *, sampling: Any, stop: Sequence[str] = (),
-                 grammar: str | None = None, on_text: Callable[[str], None] | None = None,
-                 seed: int | None = None) -> Any:
+                 stop_text_if: Callable[[str], bool] | None = None, grammar: str | None = None,
+                 on_text: Callable[[str], None] | None = None, seed: int | None = None) -> Any:
         from venus_edge.engine import Completion, GenerationStats  # the engine module loads llama.cpp
 
         self.prompts.append(self.detokenize(prompt_ids))
@@ -92,10 +94,20 @@ class ScriptedEngine:
         turn = self.turns.pop(0)
         if isinstance(turn, BaseException):
             raise turn
+        cut = _first_stop(turn, stop, stop_text_if)
+        text = turn if cut is None else turn[: cut[0]]
         if on_text:
-            on_text(turn)
-        stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(turn) + 1, 0.01, 0.01)
-        return Completion(turn, self.tokenize(turn), "eog", None, stats)
+            on_text(text)
+        stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(text) + 1, 0.01, 0.01)
+        return Completion(text, self.tokenize(text), "eog" if cut is None else "stop", cut and cut[1], stats)
 
     def model_info(self) -> dict[str, Any]:
         return {"name": "scripted", "n_ctx": self.n_ctx}
+
+
+def _first_stop(
+    text: str, stops: Sequence[str], accept: Callable[[str], bool] | None
+) -> tuple[int, str] | None:
+    """(position, stop string) of the first stop string in ``text`` that ``accept`` takes, or None."""
+    hits = sorted((pos, stop) for stop in stops for pos in range(len(text)) if text.startswith(stop, pos))
+    return next(((pos, stop) for pos, stop in hits if accept is None or accept(text[:pos])), None)

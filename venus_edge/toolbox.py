@@ -14,6 +14,8 @@ from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBa
 from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
 from venus_edge.tools.web_search import SearchAttempt
 
+__all__ = ["MergedSearchBackend", "default_tools"]
+
 
 class MergedSearchBackend:
     """Search several backends (corpora, the web); hits are interleaved by rank (1st of each, then 2nd of each).

@@ -17,6 +17,13 @@ flushed and fsync'ed after each, so a killed process loses at most the turn in f
 and ``<tool_response>`` user messages), ready for the protocol renderer. A session without an end record (a
 killed run) is read back with ``termination == "incomplete"`` and messages rebuilt from its turn records.
 
+Records are separated by ``\n`` alone: a text may hold any other line separator (U+2028, U+0085, ``\r``), which
+JSON keeps as it is. A line torn by a crash (cut JSON, cut UTF-8) is skipped and reported by the reader
+(``read_journal``), and the writer starts its next record on a new line, so the sessions before and after it stay
+whole. A turn whose text needed leniency to parse holds the history's canonical text in ``content`` and the text
+as generated in ``generated``; ``tool_call`` holds the arguments coerced to the tool's schema and
+``dropped_arguments`` / ``argument_changes`` say what coercion did (absent from older journals: read back empty).
+
 ``tool_attempts`` lists the tool's backend attempts that did not simply succeed first time (``ToolAttempt.to_dict``:
 rate limits, fallbacks, back-off waits). Journals written before it existed read back with ``[]``.
 """
@@ -24,6 +31,7 @@ rate limits, fallbacks, back-off waits). Journals written before it existed read
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +39,12 @@ from typing import Any, Iterator
 
 from venus_edge.errors import TrajectoryError
 
+__all__ = ["Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"]
+
 SCHEMA_VERSION = 1
+#: Turn-record fields added after schema 1 was first written, with the value older journals read back with.
+_TURN_DEFAULTS: dict[str, Any] = {"tool_attempts": [], "dropped_arguments": [], "argument_changes": [], "generated": None}
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,60 +92,101 @@ class TrajectoryWriter:
         self._append({"record": "end", **fields})
 
     def _append(self, record: dict[str, Any]) -> None:
-        line = json.dumps({"session_id": self.session_id, **record}, ensure_ascii=False)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        line = json.dumps({"session_id": self.session_id, **record}, ensure_ascii=False).encode("utf-8")
+        with self.path.open("a+b") as handle:
+            if handle.seek(0, os.SEEK_END) > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":  # a record torn by a crash: start on a line of our own
+                    line = b"\n" + line
+            handle.write(line + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
 
 
-def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
-    """Read every session of a journal, complete or not, in the order they started.
+@dataclass(frozen=True)
+class SkippedLine:
+    """A journal line that could not be read: ``line`` is 1-based; ``reason`` says why."""
 
-    A last line cut short by a crash is ignored; any other unreadable line raises.
+    line: int
+    reason: str
+
+
+@dataclass
+class Journal:
+    """What ``read_journal`` found: the sessions, in the order they started, and the lines it had to skip."""
+
+    trajectories: list[Trajectory]
+    skipped: list[SkippedLine]
+
+
+def read_journal(path: str | os.PathLike[str]) -> Journal:
+    """Read every session of a journal, complete or not, and report what could not be read.
+
+    One bad line never fails the read: a torn or foreign line is skipped (``Journal.skipped``), a session whose
+    start record is missing or of another schema version is left out and reported the same way.
 
     Raises:
-        TrajectoryError: a line that is not JSON or not a record of this schema, with its line number.
+        TrajectoryError: the file does not exist.
     """
     path = Path(path)
     sessions: dict[str, dict[str, Any]] = {}
-    for number, record in _records(path):
-        session = sessions.setdefault(record["session_id"], {"start": None, "turns": [], "end": None})
+    skipped: list[SkippedLine] = []
+    for number, record in _records(path, skipped):
+        session = sessions.setdefault(record["session_id"], {"start": None, "turns": [], "end": None, "line": number})
         kind = record["record"]
         if kind == "start":
-            if record.get("schema_version") != SCHEMA_VERSION:
-                raise TrajectoryError(path, number, f"schema_version {record.get('schema_version')} is not {SCHEMA_VERSION}")
             session["start"] = record
         elif kind == "turn":
-            record.setdefault("tool_attempts", [])  # absent from journals written before it was recorded
-            session["turns"].append(record)
+            session["turns"].append({**_TURN_DEFAULTS, **record})
         else:
             session["end"] = record
-    return [_assemble(path, session_id, parts) for session_id, parts in sessions.items()]
+    trajectories = []
+    for session_id, parts in sessions.items():
+        start = parts["start"]
+        if start is None:
+            skipped.append(SkippedLine(parts["line"], f"session {session_id} has no start record; its records are left out"))
+        elif start.get("schema_version") != SCHEMA_VERSION:
+            version = start.get("schema_version")
+            skipped.append(SkippedLine(parts["line"], f"session {session_id} has schema_version {version}, not {SCHEMA_VERSION}"))
+        else:
+            trajectories.append(_assemble(session_id, parts))
+    return Journal(trajectories, sorted(skipped, key=lambda s: s.line))
 
 
-def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
+    """The sessions of a journal (``read_journal``); each skipped line is logged as a warning.
+
+    Raises:
+        TrajectoryError: the file does not exist.
+    """
+    journal = read_journal(path)
+    for line in journal.skipped:
+        logger.warning("trajectory %s:%d skipped: %s", path, line.line, line.reason)
+    return journal.trajectories
+
+
+def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise TrajectoryError(path, 0, "no such file")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            skipped.append(SkippedLine(number, "not UTF-8 (a record torn by a crash?)"))
+            continue
         except json.JSONDecodeError as exc:
-            if number == len(lines):
-                return  # the write in flight when the process died
-            raise TrajectoryError(path, number, f"not JSON ({exc.msg})") from exc
+            skipped.append(SkippedLine(number, f"not JSON ({exc.msg} at char {exc.pos}; a record torn by a crash?)"))
+            continue
         if not isinstance(record, dict) or record.get("record") not in ("start", "turn", "end") or "session_id" not in record:
-            raise TrajectoryError(path, number, "not a trajectory record (needs 'record' and 'session_id')")
+            skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and 'session_id')"))
+            continue
         yield number, record
 
 
-def _assemble(path: Path, session_id: str, parts: dict[str, Any]) -> Trajectory:
+def _assemble(session_id: str, parts: dict[str, Any]) -> Trajectory:
     start, turns, end = parts["start"], parts["turns"], parts["end"]
-    if start is None:
-        raise TrajectoryError(path, 0, f"session {session_id} has no start record")
     if end is not None:
         messages = end["messages"]
     else:

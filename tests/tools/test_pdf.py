@@ -10,7 +10,8 @@ import pytest
 
 from venus_edge.tools import FetchError, FetchLimits, VisitTool
 from venus_edge.tools.fetch import fetch_page
-from venus_edge.tools.pdf import PdfError, looks_like_pdf, pdf_text, pdf_text_isolated
+from venus_edge.tools.errors import PdfError
+from venus_edge.tools.pdf import looks_like_pdf, pdf_text, pdf_text_isolated
 from venus_edge.tools.visit import UNREADABLE_EVIDENCE
 
 EVIDENCE = "The measured boiling point of the sample was 412 kelvin at sea level pressure (the (corrected) value)."

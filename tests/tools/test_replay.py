@@ -8,7 +8,8 @@ from typing import Any
 
 from venus_edge.tools import Tool, ToolRegistry, ToolResult, VisitTool
 from venus_edge.tools.corpus import Corpus
-from venus_edge.tools.replay import RecordingTool, ReplayTool, ToolCache, call_key, normalize_arguments
+from venus_edge.tools.base import call_key, coerce_arguments
+from venus_edge.tools.replay import RecordingTool, ReplayTool, ToolCache
 from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchTool
 
 
@@ -73,7 +74,7 @@ def test_bare_values_and_lists_are_one_call_and_other_goals_are_not(tmp_path: Pa
     assert tool({"query": ["r", "q"]}).text == "answer 3", "query order is part of the call"
     assert len(calls) == 3
 
-    assert normalize_arguments(Echo.schema, {"query": "q"}) == {"query": ["q"]}
+    assert coerce_arguments(Echo.schema, {"query": "q"}).arguments == {"query": ["q"]}
     assert call_key("search", {"query": ["q"]}) != call_key("visit", {"query": ["q"]})
 
     always = RecordingTool(Echo(), tmp_path)  # reuse=False: the live tool answers and the record is replaced

@@ -20,7 +20,8 @@ pytest.importorskip("ddgs", reason="the web extra is not installed: pip install 
 
 from venus_edge.tools.base import ToolAttempt  # noqa: E402
 from venus_edge.tools.search import BackendAttempt, SearchTool  # noqa: E402
-from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, WebSearchError, region_for  # noqa: E402
+from venus_edge.tools.errors import WebSearchError  # noqa: E402
+from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, region_for  # noqa: E402
 
 DDG_HOST, BRAVE_HOST, MOJEEK_HOST = "html.duckduckgo.com", "search.brave.com", "www.mojeek.com"
 

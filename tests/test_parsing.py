@@ -1,0 +1,229 @@
+"""Turn parsing as real models write turns: at least as forgiving as the reference parser (json5), tag text
+written as content stays content, several blocks, the stripped and canonical history, and where a turn ends.
+
+Each test docstring names the kind of fault; the parametrized inputs are its siblings."""
+
+from __future__ import annotations
+
+import json
+
+import json5
+import pytest
+
+from venus_edge import protocol
+from venus_edge.protocol import ToolCall, action_complete, assistant_content, canonical_turn, parse_turn, turn_end
+
+TOOLS = ("search", "visit")
+SEARCH = '{"name": "search", "arguments": {"query": ["tomllib"]}}'
+
+
+def turn(generated: str) -> protocol.ParsedTurn:
+    return parse_turn(assistant_content(generated), TOOLS)
+
+
+def call_turn(body: str) -> protocol.ParsedTurn:
+    return turn(f"I should look it up.\n</think>\n\n<tool_call>\n{body}\n</tool_call>")
+
+
+def codes(parsed: protocol.ParsedTurn) -> list[str]:
+    return [error.code for error in parsed.errors]
+
+
+@pytest.mark.parametrize(
+    "generated, kind, expected",
+    [
+        (f"ok\n</think>\n\n<tool_call>\n{SEARCH}\n</tool_call>", "tool_call", []),
+        ("ok\n</think>\n\n<answer>\n42\n</answer>", "answer", []),
+        (f"ok <tool_call>\n{SEARCH}\n</tool_call>", "tool_call", ["unclosed_think"]),
+        (f"I will call <tool_call>{SEARCH}</tool_call>\n</think>\n", "tool_call", ["call_in_reasoning"]),
+        (f"ok\n</think>\n<tool_call>\n{SEARCH}\n</tool_call>\nmore", "tool_call", ["text_after_action"]),
+        (f"ok\n</think>\nLet me search.\n<tool_call>\n{SEARCH}\n</tool_call>", "tool_call", ["text_before_action"]),
+        ('x</think>\n<tool_call>{"name": "search", "arguments": "{\\"query\\": [\\"a\\"]}"}</tool_call>', "tool_call",
+         ["string_arguments"]),
+        ("x</think>\n<tool_call>search for tomllib</tool_call>", "malformed", ["invalid_json"]),
+        ('x</think>\n<tool_call>{"name": "browse", "arguments": {}}</tool_call>', "malformed", ["unknown_tool"]),
+        ('x</think>\n<tool_call>{"arguments": {}}</tool_call>', "malformed", ["missing_fields"]),
+        ('x</think>\n<tool_call>{"name": "search", "arguments": [1]}</tool_call>', "malformed", ["arguments_not_object"]),
+        ('x</think>\n<answer>a</answer><tool_call>{"name": "search", "arguments": {}}</tool_call>', "malformed", ["ambiguous"]),
+        ("x</think>\nThe answer is 42.", "malformed", ["no_action"]),
+        ("x</think>\n<answer>\n  \n</answer>", "malformed", ["empty_answer"]),
+        ("x</think>\n<answer>\n42", "malformed", ["unclosed_answer"]),
+        ('x</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["tom', "malformed", ["truncated_call"]),
+        (f"ok\n</think>\n\n<tool_call>\n{SEARCH}", "tool_call", ["unclosed_call"]),
+    ],
+)
+def test_parse_turn(generated, kind, expected):
+    """Each departure from the trained format gets its code, and only the fatal ones make a turn unusable."""
+    parsed = turn(generated)
+    assert parsed.kind == kind, parsed.errors
+    assert codes(parsed) == expected
+    assert parsed.well_formed == (not expected)
+
+
+def test_missing_think_is_fatal_and_text_before_think_is_not():
+    assert parse_turn("no reasoning <answer>1</answer>", TOOLS).kind == "malformed"
+    parsed = parse_turn("hello <think>x</think>\n<answer>1</answer>", TOOLS)
+    assert parsed.kind == "answer" and codes(parsed) == ["text_before_think"]
+
+
+def test_unknown_tool_message_names_valid_tools():
+    message = call_turn('{"name": "serch", "arguments": {}}').errors[0].message
+    assert "search, visit" in message and "Did you mean search?" in message
+
+
+# ------------------------------------------------------------------------------------- call bodies
+
+
+JSON5_BODIES = {
+    "single quotes": "{'name': 'search', 'arguments': {'query': ['tomllib']}}",
+    "trailing commas": '{"name": "search", "arguments": {"query": ["tomllib"],},}',
+    "line comment": '{"name": "search", // the tool\n "arguments": {"query": ["tomllib"]}}',
+    "block comment": '{"name": "search", /* why */ "arguments": {"query": ["tomllib"]}}',
+    "unquoted keys": '{name: "search", arguments: {query: ["tomllib"]}}',
+    "mixed quotes": '{"name": \'search\', "arguments": {\'query\': ["tomllib"]}}',
+}
+REPAIRED_BODIES = {
+    "python literals": '{"name": "search", "arguments": {"query": ["tomllib"], "safe": True, "page": None}}',
+    "missing closing brace": '{"name": "search", "arguments": {"query": ["tomllib"]}',
+    "code fence": '```json\n{"name": "search", "arguments": {"query": ["tomllib"]}}\n```',
+    "doubled braces": '{{"name": "search", "arguments": {"query": ["tomllib"]}}}',
+    "raw newline in a string": '{"name": "search", "arguments": {"query": ["toml\nlib"]}}',
+}
+SHAPES = {
+    "parameters for arguments": '{"name": "search", "parameters": {"query": ["tomllib"]}}',
+    "OpenAI function wrapper": '{"type": "function", "function": {"name": "search", "arguments": {"query": ["tomllib"]}}}',
+    "a list of one call": '[{"name": "search", "arguments": {"query": ["tomllib"]}}]',
+}
+
+
+@pytest.mark.parametrize("body", JSON5_BODIES.values(), ids=JSON5_BODIES.keys())
+def test_json5_bodies_run_like_the_reference_parser(body):
+    """Whatever the reference's json5.loads reads runs here too, recorded as lenient_json (non-fatal)."""
+    assert isinstance(json5.loads(body), dict), "the reference reads this body"
+    parsed = call_turn(body)
+    assert parsed.kind == "tool_call" and parsed.tool_call == ToolCall("search", {"query": ["tomllib"]})
+    assert codes(parsed) == ["lenient_json"] and not parsed.well_formed
+
+
+@pytest.mark.parametrize("body", REPAIRED_BODIES.values(), ids=REPAIRED_BODIES.keys())
+def test_slips_beyond_json5_are_repaired(body):
+    """Python literals, a missing brace, code fences, doubled braces and raw newlines are mended (json-repair)."""
+    with pytest.raises(ValueError):
+        json5.loads(body)
+    parsed = call_turn(body)
+    assert parsed.kind == "tool_call" and parsed.tool_call.name == "search", parsed.errors
+    assert parsed.tool_call.arguments["query"] in (["tomllib"], ["toml\nlib"])
+    assert codes(parsed) == ["repaired_json"]
+
+
+@pytest.mark.parametrize("body", SHAPES.values(), ids=SHAPES.keys())
+def test_other_call_shapes_are_read(body):
+    parsed = call_turn(body)
+    assert parsed.tool_call == ToolCall("search", {"query": ["tomllib"]}) and codes(parsed) == ["call_shape"]
+
+
+@pytest.mark.parametrize("body", [*JSON5_BODIES.values(), *REPAIRED_BODIES.values(), *SHAPES.values()])
+def test_the_history_keeps_the_canonical_well_formed_turn(body):
+    """A turn that needed leniency enters the history rebuilt canonically (strict JSON, trained layout): the
+    rebuilt turn parses well-formed to the same call, and the text as generated stays in ``generated``."""
+    parsed = call_turn(body)
+    assert parsed.content == canonical_turn(parsed.reasoning, tool_call=parsed.tool_call)
+    assert parsed.generated != parsed.content and body.strip() in parsed.generated
+    again = parse_turn(parsed.content, TOOLS)
+    assert again.well_formed and again.tool_call == parsed.tool_call and again.content == parsed.content
+    json.loads(again.content.split("<tool_call>\n")[1].split("\n</tool_call>")[0])
+
+
+def test_a_well_formed_turn_enters_the_history_as_generated():
+    """No rewrite of a well-formed turn, even with compact JSON: its sampled tokens stay in the KV cache."""
+    generated = 'ok\n</think>\n\n<tool_call>\n{"name":"search","arguments":{"query":["a"]}}\n</tool_call>'
+    parsed = turn(generated)
+    assert parsed.well_formed and parsed.content == parsed.generated == "<think>\n" + generated
+
+
+# ------------------------------------------------------------------------------------- tags as content
+
+TAGS = ["</tool_call>", "<tool_call>", "</answer>", "<answer>", "</think>", "<think>", "<tool_response>",
+        "</tool_response>"]
+
+
+@pytest.mark.parametrize("tag", TAGS)
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_tag_inside_a_string_argument_is_text(tag, quote):
+    """A goal that mentions a tag does not end the call: the body ends where its JSON value ends."""
+    goal = f"what the {tag} tag means"
+    body = f'{{"name": "visit", "arguments": {{"url": ["https://a.example/"], "goal": {quote}{goal}{quote}}}}}'
+    parsed = call_turn(body)
+    assert parsed.kind == "tool_call", parsed.errors
+    assert parsed.tool_call.arguments["goal"] == goal
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_a_tag_written_inside_an_answer_is_text(tag):
+    answer = f"Close the block with {tag} and nothing else."
+    parsed = turn(f"done\n</think>\n\n<answer>\n{answer}\n</answer>")
+    assert parsed.kind == "answer" and parsed.answer == answer and parsed.well_formed, parsed.errors
+
+
+@pytest.mark.parametrize("tag", ["<tool_response>", "</tool_response>", "</tool_call>", "</answer>", "<answer>"])
+def test_a_tag_mentioned_in_the_reasoning_is_text(tag):
+    parsed = turn(f"Results come back inside {tag} tags.\n</think>\n\n<tool_call>\n{SEARCH}\n</tool_call>")
+    assert parsed.kind == "tool_call" and parsed.reasoning == f"Results come back inside {tag} tags."
+
+
+def test_the_reasoning_ends_at_the_think_close_that_an_action_follows():
+    parsed = turn(f"I close with </think> when done.\n</think>\n\n<tool_call>\n{SEARCH}\n</tool_call>")
+    assert parsed.kind == "tool_call" and parsed.reasoning == "I close with </think> when done."
+    assert codes(parsed) == ["unbalanced_think"], "quoted think tags still fail the strict format check"
+
+
+# ------------------------------------------------------------------------------------- several blocks
+
+
+@pytest.mark.parametrize(
+    "broken",
+    ["search for tomllib", '{"name": "serch", "arguments": {}}', '{"name": "search", "arguments": [1]}', '{"name": "search"}'],
+)
+def test_a_broken_first_call_does_not_sink_a_valid_second_one(broken):
+    parsed = turn(f"x\n</think>\n\n<tool_call>\n{broken}\n</tool_call>\n<tool_call>\n{SEARCH}\n</tool_call>")
+    assert parsed.kind == "tool_call" and parsed.tool_call == ToolCall("search", {"query": ["tomllib"]})
+    assert codes(parsed) == ["several_calls", "skipped_call"] and parsed.usable
+    assert parsed.content == canonical_turn("x", tool_call=parsed.tool_call)
+
+
+def test_the_first_of_two_valid_calls_runs_and_the_second_is_recorded():
+    second = '{"name": "visit", "arguments": {"url": ["u"], "goal": "g"}}'
+    parsed = turn(f"x\n</think>\n<tool_call>\n{SEARCH}\n</tool_call>\n<tool_call>\n{second}\n</tool_call>")
+    assert parsed.tool_call.name == "search" and codes(parsed) == ["several_calls"]
+
+
+def test_two_answers_use_the_first():
+    parsed = turn("x\n</think>\n\n<answer>\na\n</answer>\n<answer>\nb\n</answer>")
+    assert parsed.answer == "a" and codes(parsed) == ["several_answers"]
+    assert parsed.content == "<think>\nx\n</think>\n\n<answer>\na\n</answer>"
+
+
+# ------------------------------------------------------------------------------------- stripping and the turn's end
+
+
+@pytest.mark.parametrize("trailer", ["\n", "\n\n", " \n", "\t", "\r\n"])
+def test_the_generated_text_is_stored_stripped(trailer):
+    """A turn that stopped at the stop string keeps no trailing whitespace before <|im_end|> (the reference
+    strips the completion)."""
+    for generated in (f"ok\n</think>\n\n<tool_call>\n{SEARCH}\n</tool_call>", "ok\n</think>\n\n<answer>\n42\n</answer>"):
+        content = assistant_content(generated + trailer)
+        assert content == "<think>\n" + generated
+        assert protocol.render_messages([{"role": "assistant", "content": content}], add_generation_prompt=False) \
+            .endswith(("</tool_call><|im_end|>\n", "</answer><|im_end|>\n"))
+
+
+def test_tool_response_text_ends_a_turn_only_after_its_action():
+    reasoning = "Results come back inside <tool_response> tags, so I wait.\n</think>\n\n"
+    generated = f"{reasoning}<tool_call>\n{SEARCH}\n</tool_call>\n<tool_response>\ninvented results"
+    assert turn_end(generated) == generated.index("\n<tool_response>\ninvented") + 1
+    assert not action_complete(reasoning) and action_complete(generated[: turn_end(generated)])
+    content = assistant_content(generated)
+    assert content.endswith("</tool_call>") and "Results come back inside <tool_response> tags" in content
+    # An unclosed call whose JSON is complete is an action too.
+    assert turn_end(f"x\n</think>\n<tool_call>\n{SEARCH}\n<tool_response>") is not None
+    assert turn_end('x\n</think>\n<tool_call>\n{"name": "search", <tool_response>') is None

@@ -1,0 +1,89 @@
+"""Strict mode: a GBNF grammar of one well-formed DR-Venus turn, so that even a small model emits the protocol.
+
+The turn shape is the one ``venus_edge.protocol`` parses (PROTOCOL.md, "A well-formed turn"); the grammar format is
+llama.cpp's (``grammars/README.md``). Measured facts behind the bounds: TEST_MODELS.md, "Strict turns with a grammar".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Mapping
+
+__all__ = ["GrammarLimits"]
+
+
+@dataclass(frozen=True)
+class GrammarLimits:
+    """Length bounds of a strict-mode turn, in characters. A small model fills an unbounded field until
+    ``max_tokens`` and never closes the turn (TEST_MODELS.md, "Strict turns with a grammar"). llama.cpp expands
+    ``x{1,n}`` into n nested rules and its cost grows faster than n: SmolLM2-135M decoded 52 tok/s with a
+    200-character reasoning bound and 2.4 tok/s with 600 (measured here)."""
+
+    reasoning_chars: int = 256
+    string_chars: int = 100
+    list_items: int = 3
+    answer_chars: int = 256
+
+
+def turn_grammar(
+    tool_schemas: Iterable[Mapping[str, Any]],
+    limits: GrammarLimits = GrammarLimits(),
+    *,
+    actions: Literal["call", "answer", "either"] = "either",
+) -> str:
+    """A GBNF grammar (llama.cpp ``grammars/README.md``) for one well-formed turn, generated after ``<think>\\n``.
+
+    The turn is: reasoning without ``<`` (no whitespace at its ends) then one newline, ``</think>\\n\\n``, then either exactly one ``<tool_call>`` whose JSON
+    names a tool of the session with its arguments in schema order, or one non-empty ``<answer>``; ``actions``
+    narrows the choice to one of the two.
+    Supported argument types: string, integer, number, boolean, and arrays of those.
+
+    Raises:
+        ValueError: a schema property of a type the grammar cannot express.
+    """
+    rules = {
+        "root": 'reasoning "</think>\\n\\n" ' + {"call": "call", "answer": "answer", "either": "( call | answer )"}[actions],
+        # No whitespace at either end and one newline before </think>: the text then renders back unchanged
+        # through the stripped history and the template, so its sampled tokens stay in the KV cache.
+        "reasoning": f'[^< \\t\\r\\n] ( [^<]{{0,{limits.reasoning_chars - 2}}} [^< \\t\\r\\n] )? "\\n"',
+        "answer": f'"<answer>\\n" [^<]{{1,{limits.answer_chars}}} "\\n</answer>"',
+        "string": f'"\\"" ( [^"\\\\\\x00-\\x1f] | "\\\\" ["\\\\/bfnrt] ){{1,{limits.string_chars}}} "\\""',
+        "integer": '"-"? [0-9]{1,12}',
+        "number": '"-"? [0-9]{1,12} ( "." [0-9]{1,6} )?',
+        "boolean": '"true" | "false"',
+    }
+    calls = []
+    for schema in tool_schemas:
+        function = schema["function"]
+        name = function["name"]
+        rule = "args-" + re.sub(r"[^a-zA-Z0-9]", "-", name)
+        rules[rule] = _arguments_rule(function.get("parameters", {}), limits)
+        calls.append(f'"<tool_call>\\n{{\\"name\\": \\"{name}\\", \\"arguments\\": " {rule} "}}\\n</tool_call>"')
+    rules["call"] = " | ".join(calls) if calls else '"<tool_call>"'
+    return "\n".join(f"{key} ::= {value}" for key, value in rules.items()) + "\n"
+
+
+def _arguments_rule(parameters: Mapping[str, Any], limits: GrammarLimits) -> str:
+    properties: Mapping[str, Any] = parameters.get("properties", {})
+    required = [key for key in properties if key in parameters.get("required", [])]
+    parts = []
+    for index, key in enumerate(required):
+        spec = properties[key]
+        value = _value_rule(key, spec, limits)
+        separator = '", "' if index else ""
+        parts.append(f'{separator} "\\"{key}\\": " {value}'.strip())
+    body = " ".join(parts)
+    return f'"{{" {body} "}}"' if body else '"{}"'
+
+
+def _value_rule(key: str, spec: Mapping[str, Any], limits: GrammarLimits) -> str:
+    kind = spec.get("type")
+    if kind == "array":
+        item = spec.get("items", {}).get("type", "string")
+        if item not in ("string", "integer", "number", "boolean"):
+            raise ValueError(f"strict mode cannot express arrays of {item!r} (argument {key!r})")
+        return f'"[" {item} ( ", " {item} ){{0,{limits.list_items - 1}}} "]"'
+    if kind in ("string", "integer", "number", "boolean"):
+        return str(kind)
+    raise ValueError(f"strict mode cannot express argument {key!r} of type {kind!r}")
