@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import trafilatura
+
 from venus_edge.tools.passages import (
     approx_tokens,
     extract_passages,
@@ -93,3 +96,43 @@ def test_a_chinese_goal_selects_the_chinese_passage() -> None:
     ]
     kept = select_passages(passages, "pickle 的默认协议是什么版本", budget_tokens=20)
     assert kept == [passages[1]]
+
+
+PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
+LINES = [f"Line {i}: the quick brown fox number {i} jumps over the lazy dog again and again." for i in range(1, 7)]
+NAV = "<nav><a href='/'>Home</a> | <a href='/a'>About us</a> | Site menu words here now</nav>"
+SIDEBAR = "<div class='sidebar'><h3>Related reading</h3><p>Some unrelated promotional words in a sidebar.</p></div>"
+FOOTER = "<footer>Copyright 2024 Example Corp. All rights reserved forever and ever.</footer>"
+BR_PAGES = {
+    "text in body": "<body>{nav}{lines}{footer}</body>",
+    "inside font": "<body>{nav}<font face=arial>{lines}</font>{sidebar}{footer}</body>",
+    "inside center": "<body><center>{lines}</center>{footer}</body>",
+    "after a heading": "<body>{nav}<h1>Notes</h1>{lines}{footer}</body>",
+    "heading inside a div": "<body><div><h1>Notes</h1>{lines}</div>{sidebar}</body>",
+    "opening line before the div": "<body>{nav}{first}<div>{rest}</div>{footer}</body>",
+    "br with slash": "<body>{slash}</body>",
+}
+
+
+@pytest.mark.parametrize("layout", BR_PAGES.values(), ids=BR_PAGES.keys())
+def test_no_line_of_a_br_separated_page_is_lost(layout):
+    """trafilatura drops the first line of <br>-separated text without <p>/<article>; the recall pass puts it
+    back in its place, and leaves menus, sidebars and footers out as the main pass did."""
+    html = "<html><head><title>Notes</title></head>" + layout.format(
+        nav=NAV, footer=FOOTER, sidebar=SIDEBAR, lines="<br>\n".join(LINES), first=LINES[0] + "<br>",
+        rest="<br>".join(LINES[1:]), slash="<br/>".join(LINES)) + "</html>"
+    text = " ".join(extract_passages(html, "text/html"))
+    positions = [text.find(line) for line in LINES]
+    assert -1 not in positions, [line[:7] for line, at in zip(LINES, positions) if at == -1]
+    assert positions == sorted(positions), "in page order"
+    assert "menu words" not in text and "Copyright" not in text and "promotional" not in text
+
+
+def test_a_paragraph_the_main_pass_drops_on_a_real_page_is_restored():
+    """On the real Python docs, trafilatura drops whole entries (mmap.write_byte); the recall pass restores them."""
+    html = (PYTHON_DOCS / "library" / "mmap.html").read_text(encoding="utf-8")
+    entry = "Write the integer byte into memory at the current position of the file pointer"
+    assert entry not in " ".join(trafilatura.extract(html, favor_recall=True).split()), "the main pass drops it"
+    text = " ".join(extract_passages(html, "text/html"))
+    assert entry in text
+    assert "Previous topic" not in text and "Python Software Foundation License" not in text
