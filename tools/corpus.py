@@ -44,6 +44,7 @@ import Stemmer
 import lxml.html
 from lxml import etree
 
+from venus_edge.tools.charset import decode_text
 from venus_edge.tools.errors import (
     DocumentNotFoundError,
     EmptyCorpusError,
@@ -250,7 +251,7 @@ class Corpus:
                 return Document(url, entry.title, pdf_text(raw), content_type)
             except PdfError as exc:
                 raise UnreadableDocumentError(f"cannot read {url}: {exc}") from None
-        return Document(url, entry.title, _decode(raw), content_type)
+        return Document(url, entry.title, _decode_file(raw, path), content_type)
 
     def _path_of(self, url: str) -> str:
         parts = urlsplit(url)
@@ -339,7 +340,7 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
     try:
         raw = (root / path).read_bytes()
         is_pdf = Path(path).suffix.lower() == ".pdf"
-        source = pdf_text(raw) if is_pdf else _decode(raw)
+        source = pdf_text(raw) if is_pdf else _decode_file(raw, path)
     except (OSError, PdfError) as exc:
         return _Entry(path, "", "", mtime_ns, size, str(exc))
     if is_pdf and not source.strip():
@@ -394,11 +395,9 @@ def _load_index(cache: Path, root: Path, name: str, manifest: dict, entries: lis
 # The cheap text pass
 
 
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
+def _decode_file(raw: bytes, path: str) -> str:
+    """A file's text: BOM, then an HTML file's own declaration, then detection (``charset.decode_text``)."""
+    return decode_text(raw, markup=CONTENT_TYPES[Path(path).suffix.lower()] == "text/html")
 
 
 def extract_title_and_text(source: str, path: Path) -> tuple[str, str]:

@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
+from venus_edge.tools.charset import decode_text
 from venus_edge.tools.errors import FetchError, PdfError
 from venus_edge.tools.pdf import PDF_CONTENT_TYPES, looks_like_pdf, pdf_text_isolated
 
@@ -54,6 +55,8 @@ __all__ = ["FetchLimits", "FetchedPage", "fetch_page"]
 
 DEFAULT_USER_AGENT = "venus-edge/0.1 (deep-research agent; +https://github.com/inclusionAI/DR-Venus)"
 TEXT_CONTENT_TYPES = ("application/xhtml+xml", "application/xml", "application/json", "application/rss+xml")
+# Types whose documents may declare their own encoding (<meta charset>, <?xml encoding?>); an untyped body too.
+MARKUP_CONTENT_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "application/rss+xml")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
 _GZIP_MAGIC = b"\x1f\x8b"
 # Only encodings that ``_read_capped`` decompresses under the byte cap.
@@ -66,6 +69,7 @@ BLOCKED_STATUSES = {
     451: "unavailable for legal reasons",
 }
 _SNIFF_BYTES = 4096
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 # Types whose body may still be a PDF, recognized by its first bytes.
 _SNIFFED_TYPES = ("", "application/octet-stream", "binary/octet-stream")
 
@@ -106,8 +110,8 @@ class FetchedPage:
         url: the final URL after redirects.
         content_type: the media type, lower case, without parameters (``""`` when the server sent none;
             ``application/pdf`` for a PDF, also one recognized by its first bytes).
-        text: the body decoded with the declared charset (UTF-8 otherwise; undecodable bytes replaced), or the
-            text extracted from a PDF.
+        text: the body decoded as a browser decodes it (``charset.decode_text``: BOM, header, ``<meta>``,
+            detection; undecodable bytes replaced), or the text extracted from a PDF.
     """
 
     url: str
@@ -361,9 +365,11 @@ def _read_response(response: httpx.Response, url: str, limits: FetchLimits, dead
             raise FetchError("not_text", url, str(exc)) from None
     if content_type and not _is_text_type(content_type):
         raise FetchError("not_text", url, f"content type {content_type!r} is not text and the body is not a PDF")
-    if b"\x00" in body[:_SNIFF_BYTES]:
+    if b"\x00" in body[:_SNIFF_BYTES] and not body.startswith(_UTF16_BOMS):  # UTF-16 text holds NUL bytes
         raise FetchError("not_text", url, "the body holds NUL bytes: binary content")
-    return FetchedPage(str(response.url), content_type, _decode(body, response.charset_encoding))
+    markup = content_type in MARKUP_CONTENT_TYPES or not content_type
+    text = decode_text(body, response.headers.get("content-type"), markup=markup)
+    return FetchedPage(str(response.url), content_type, text)
 
 
 def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> bytes:
@@ -424,10 +430,3 @@ def _wbits(encoding: str, head: bytes) -> int:
 
 def _is_text_type(content_type: str) -> bool:
     return content_type.startswith("text/") or content_type in TEXT_CONTENT_TYPES
-
-
-def _decode(body: bytes, charset: str | None) -> str:
-    try:
-        return body.decode(charset or "utf-8", errors="replace")
-    except LookupError:  # an unknown charset name
-        return body.decode("utf-8", errors="replace")

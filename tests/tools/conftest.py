@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import pytest
 
+from charset_pages import CHARSET_PAGES  # tests/tools is on sys.path (pytest's prepend import mode)
 from venus_edge.tools.corpus import Corpus
 
 DOCS_ROOT = Path("/usr/share/doc/python3.11/html")
@@ -157,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
     /redirect-to-docs, /redirect-private, /binary, /octet, /empty, /js-shell (a single-page-app shell), /text, /pdf,
     /pdf-octet (a PDF sent as application/octet-stream), /pdf-broken, /pdf-scan (a page without text),
     /together-<name> (answers only once ``TOGETHER_PARTIES`` such requests are in flight at the same time),
-    /gzip (a gzip-encoded page), /gzip-bomb (40 KB of gzip that inflate to 40 MB), /gzip-twice (two stacked
+    /charset/<name> (``CHARSET_PAGES``: pages in other encodings, declared in other places), /gzip (a gzip-encoded page), /gzip-bomb (40 KB of gzip that inflate to 40 MB), /gzip-twice (two stacked
     layers), /gzip-broken (declared gzip, not gzip), /drip (headers sent a byte every 0.2 s), /hop-<n> (waits
     0.4 s, then redirects to /hop-<n+1>)."""
 
@@ -197,6 +198,9 @@ class _Handler(BaseHTTPRequestHandler):
             "/pdf-broken": lambda: self._send(200, "application/pdf", b"%PDF-1.4\n1 0 obj\n<< /Type /Cat"),
             "/pdf-scan": lambda: self._send(200, "application/pdf", build_pdf([[]])),
         }
+        if path.startswith("/charset/") and path[len("/charset/"):] in CHARSET_PAGES:
+            content_type, body = CHARSET_PAGES[path[len("/charset/"):]]
+            return self._send(200, content_type, body)
         if path.startswith("/together-"):
             return self._together(path)
         if path.startswith("/hop-"):

@@ -1,0 +1,55 @@
+"""Pages and files decode as a browser decodes them: BOM, then the Content-Type header, then <meta charset> /
+http-equiv (or an XML declaration), then detection; one decoder for visit and the corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from charset_pages import CHARSET_CASES, GERMAN
+from venus_edge.tools.charset import decode_text
+from venus_edge.tools.corpus import Corpus
+from venus_edge.tools.fetch import FetchLimits, fetch_page
+from venus_edge.tools.visit import VisitTool
+
+LOOPBACK = ["127.0.0.1/32"]
+
+
+@pytest.mark.parametrize("name", CHARSET_CASES)
+def test_a_fetched_page_reads_as_a_browser_shows_it(server_url, name):
+    _, _, shown = CHARSET_CASES[name]
+    with httpx.Client() as client:
+        page = fetch_page(client, f"{server_url}/charset/{name}", FetchLimits(), allowed_networks=LOOPBACK)
+    assert shown in page.text, page.text[:200]
+    assert "\ufffd" not in page.text
+
+
+@pytest.mark.parametrize("name", [n for n, (kind, _, _) in CHARSET_CASES.items() if "charset=" not in kind])
+def test_a_corpus_file_reads_with_the_same_decoder(tmp_path: Path, name):
+    """A file has no header: BOM, its own declaration, then detection, as for a page without a charset."""
+    content_type, body, shown = CHARSET_CASES[name]
+    suffix = ".txt" if content_type.startswith("text/plain") else ".html"
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / f"page{suffix}").write_bytes(body)
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index", name="docs")
+    assert shown in corpus.read(f"corpus://docs/page{suffix}").html_or_text
+    term = shown.split()[2] if " " in shown else shown[:2]
+    assert corpus.search(term, k=1), "the decoded words are indexed"
+
+
+def test_visit_reads_a_windows_1252_page_declared_only_in_meta(server_url):
+    """The fault report's page: windows-1252 declared only in <meta>, which read as 'f\\ufffdr' before."""
+    with VisitTool(allowed_networks=LOOPBACK) as visit:
+        result = visit({"url": [f"{server_url}/charset/meta-charset-1252"], "goal": "Grüße für Müller"})
+    assert not result.failures and "Grüße für Müller" in result.text and "\ufffd" not in result.text
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "utf-8", "koi8-r", "shift_jis", "gb18030", "utf-16"])
+def test_decode_text_without_any_declaration(encoding):
+    text = {"cp1252": GERMAN, "utf-8": GERMAN, "koi8-r": CHARSET_CASES["meta-single-quoted"][2],
+            "shift_jis": CHARSET_CASES["meta-shift-jis"][2], "gb18030": CHARSET_CASES["meta-gbk"][2],
+            "utf-16": GERMAN}[encoding]
+    assert text in decode_text(f"<p>{text}</p>".encode(encoding), markup=True)
