@@ -66,7 +66,7 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 5
+INDEX_FORMAT_VERSION = 6
 SNIPPET_CHARS = 240
 _TOKEN_PATTERN = WORD_PATTERN
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
@@ -77,14 +77,22 @@ _STOPWORDS = "en"
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result, shaped like a web search result (PROTOCOL.md, "Tools and observation shapes")."""
+    """One search result, shaped like a web search result (PROTOCOL.md, "Tools and observation shapes").
+
+    Attributes:
+        date: the publication date the source gives (a web engine's snippet date, a page's metadata), or None.
+    """
 
     title: str
     url: str
     snippet: str
+    date: str | None = None
 
     def to_dict(self) -> dict[str, str]:
-        return {"title": self.title, "url": self.url, "snippet": self.snippet}
+        """The result as the observation shows it: a dated snippet begins ``Date published: {date}`` and a
+        blank line, as in the reference's search results (PROTOCOL.md)."""
+        snippet = f"Date published: {self.date}\n\n{self.snippet}" if self.date else self.snippet
+        return {"title": self.title, "url": self.url, "snippet": snippet}
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,7 @@ class _Entry:
     mtime_ns: int
     size: int
     error: str = ""  # why the file is left out of the index; "" for an indexed document
+    date: str = ""  # the publication date the document declares (YYYY-MM-DD when it reads so), or ""
 
 
 class Corpus:
@@ -228,7 +237,7 @@ class Corpus:
             if score <= 0:
                 continue
             entry = self._entries[int(doc_id)]
-            hits.append(Hit(entry.title, self.url_for(entry.path), make_snippet(entry.text, words)))
+            hits.append(Hit(entry.title, self.url_for(entry.path), make_snippet(entry.text, words), entry.date or None))
         return hits
 
     def read(self, url: str) -> Document:
@@ -345,8 +354,8 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
         return _Entry(path, "", "", mtime_ns, size, str(exc))
     if is_pdf and not source.strip():
         return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
-    title, text = extract_title_and_text(source, Path(path))
-    return _Entry(path, title, text, mtime_ns, size)
+    title, text, date = extract_fields(source, Path(path))
+    return _Entry(path, title, text, mtime_ns, size, date=date)
 
 
 def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
@@ -400,30 +409,60 @@ def _decode_file(raw: bytes, path: str) -> str:
     return decode_text(raw, markup=CONTENT_TYPES[Path(path).suffix.lower()] == "text/html")
 
 
-def extract_title_and_text(source: str, path: Path) -> tuple[str, str]:
-    """Title and whitespace-collapsed text of one document (cheap pass for indexing, ~3 ms per page).
+def extract_fields(source: str, path: Path) -> tuple[str, str, str]:
+    """Title, whitespace-collapsed text and publication date of one document (cheap pass for indexing, ~3 ms
+    per page).
 
-    HTML: ``<title>`` and the text of the main region (``role="main"``, ``<main>``, else ``<body>``) without
-    scripts and styles. Markdown: the first ``# `` heading. Plain text (and a PDF's extracted text): the first
-    non-empty line. The file name stands in for a missing title.
+    HTML: ``<title>``, the text of the main region (``role="main"``, ``<main>``, else ``<body>``) without scripts
+    and styles, and the date its metadata declares (``published_date``). Markdown: the first ``# `` heading.
+    Plain text (and a PDF's extracted text): the first non-empty line. The file name stands in for a missing
+    title; a document without a declared date gets ``""``.
     """
+    date = ""
     if path.suffix.lower() in (".html", ".htm"):
-        title, text = _html_title_and_text(source)
+        title, text, date = _html_fields(source)
     else:
         title, text = _plain_title(source, markdown=path.suffix.lower() == ".md"), source
-    return " ".join(title.split())[:200] or path.name, " ".join(text.split())
+    return " ".join(title.split())[:200] or path.name, " ".join(text.split()), date
 
 
-def _html_title_and_text(source: str) -> tuple[str, str]:
+def _html_fields(source: str) -> tuple[str, str, str]:
     try:  # the text is already decoded: tell lxml its UTF-8 bytes are UTF-8 (it assumes Latin-1 without a meta)
         tree = lxml.html.document_fromstring(source.encode("utf-8"), parser=_UTF8_HTML_PARSER)
     except (etree.ParserError, ValueError):
-        return "", ""
+        return "", "", ""
+    date = published_date(tree)
     for node in tree.xpath("//script|//style|//noscript|//template"):
         node.drop_tree()
     title = tree.findtext(".//title") or ""
     main = tree.xpath("//*[@role='main']|//main")
-    return title, (main[0] if main else tree).text_content()
+    return title, (main[0] if main else tree).text_content(), date
+
+
+# Metadata that declares when a page was published (Open Graph, schema.org, Dublin Core, Highwire/Google
+# Scholar, common CMS names), in the order they are trusted.
+_DATE_META = (
+    "article:published_time", "og:published_time", "datepublished", "citation_publication_date", "citation_date",
+    "dc.date.issued", "dcterms.issued", "dc.date", "dcterms.created", "date", "pubdate", "publish-date",
+    "publication_date",
+)
+_ISO_DATE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})")
+
+
+def published_date(tree: etree._Element) -> str:
+    """The publication date a page declares in its metadata (``<meta>`` by name, property or itemprop, or a
+    ``<time itemprop="datePublished">``), as ``YYYY-MM-DD`` when it reads so, else as written; ``""`` when none."""
+    found: dict[str, str] = {}
+    for meta in tree.xpath("//meta[@content]"):
+        key = (meta.get("property") or meta.get("name") or meta.get("itemprop") or "").strip().lower()
+        found.setdefault(key, meta.get("content", "").strip())
+    for time in tree.xpath("//time[@itemprop='datePublished'][@datetime]"):
+        found.setdefault("datepublished", time.get("datetime", "").strip())
+    value = next((found[key] for key in _DATE_META if found.get(key)), "")
+    if match := _ISO_DATE.match(value):
+        year, month, day = match.groups()
+        return f"{year}-{int(month):02d}-{int(day):02d}"
+    return value[:40]
 
 
 def _plain_title(source: str, *, markdown: bool) -> str:

@@ -32,6 +32,7 @@ sends ``gl=cn, hl=zh-cn`` for them).
 from __future__ import annotations
 
 import random
+import re
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -39,7 +40,7 @@ from typing import Any, Callable, Sequence
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.errors import WebSearchError
 
-__all__ = ["DdgsSearchBackend", "SearchAttempt"]
+__all__ = ["DdgsSearchBackend", "SearchAttempt", "split_snippet_date"]
 
 DEFAULT_ENGINES = ("duckduckgo", "brave", "mojeek", "startpage", "yahoo", "wikipedia")
 RATE_LIMIT_STATUSES = (202, 403, 429)
@@ -226,11 +227,34 @@ def _checked(engine_class: type) -> type:
 
 
 def _to_hits(results: Sequence[Any]) -> list[Hit]:
-    """ddgs ``TextResult``s -> ``Hit``s, dropping results without a URL and repeated URLs."""
+    """ddgs ``TextResult``s -> ``Hit``s, dropping results without a URL and repeated URLs; a date that an engine
+    writes at the start of the snippet becomes the hit's date (``split_snippet_date``)."""
     hits, seen = [], set()
     for result in results:
         url = getattr(result, "href", "")
         if url and url not in seen:
             seen.add(url)
-            hits.append(Hit(getattr(result, "title", "") or url, url, getattr(result, "body", "")))
+            date, snippet = split_snippet_date(getattr(result, "body", "") or "")
+            hits.append(Hit(getattr(result, "title", "") or url, url, snippet, date))
     return hits
+
+
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+# "Mar 5, 2024 · ", "5 March 2024 — ", "2024-03-05 - ", "3 days ago ... ": how engines lead a dated snippet.
+_SNIPPET_DATE = re.compile(
+    rf"^\s*({_MONTH}\s+\d{{1,2}},\s+\d{{4}}|\d{{1,2}}\s+{_MONTH}\s+\d{{4}}|\d{{4}}-\d{{2}}-\d{{2}}"
+    rf"|\d{{1,2}}\s+(?:minute|hour|day|week|month|year)s?\s+ago)\s*(?:·|—|–|-|\.\.\.|…)\s+",
+    re.IGNORECASE,
+)
+
+
+def split_snippet_date(snippet: str) -> tuple[str | None, str]:
+    """(the date an engine put at the start of ``snippet``, the snippet without it), or (None, snippet).
+
+    ddgs's results carry no date field; DuckDuckGo, Brave, Bing and others write the page's date at the start of
+    the snippet (``"Mar 5, 2024 · The release..."``). The reference shows such a date as ``Date published``.
+    """
+    match = _SNIPPET_DATE.match(snippet)
+    if match is None:
+        return None, snippet
+    return match.group(1), snippet[match.end() :]

@@ -82,3 +82,32 @@ def test_corpus_backend_through_the_registry(subset_corpus: Corpus) -> None:
         for info in block["web_page_info_list"]:
             assert list(info) == ["title", "url", "snippet"] and info["snippet"], info
     validate_arguments(registry.get("search").schema, {"query": "bare string"})
+
+
+DATED_PAGES = {
+    "og.html": '<meta property="article:published_time" content="2024-03-05T10:00:00+00:00">',
+    "schema.html": '<meta itemprop="datePublished" content="2023/11/2">',
+    "dc.html": '<meta name="DC.date.issued" content="2022-07-14">',
+    "time.html": '<time itemprop="datePublished" datetime="2021-01-09">Jan 9</time>',
+    "citation.html": '<meta name="citation_publication_date" content="2020/5/1">',
+    "undated.html": "",
+}
+
+
+def test_corpus_results_carry_the_date_a_page_declares(tmp_path) -> None:
+    """A page's declared publication date (Open Graph, schema.org, Dublin Core, Highwire, <time>) is shown as
+    ``Date published: YYYY-MM-DD`` and a blank line before the snippet; an undated page's snippet is unchanged."""
+    folder = tmp_path / "news"
+    folder.mkdir()
+    for name, head in DATED_PAGES.items():
+        body = f"<p>The frobnicator release {name} brings faster widgets to everyone.</p>"
+        (folder / name).write_text(f"<html><head>{head}<title>{name}</title></head><body>{body}</body></html>")
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index", name="news")
+    result = SearchTool(CorpusSearchBackend(corpus))({"query": ["frobnicator release widgets"]})
+    snippets = {hit["title"]: hit["snippet"] for hit in json.loads(result.text)[0]["web_page_info_list"]}
+    expected = {"og.html": "2024-03-05", "schema.html": "2023-11-02", "dc.html": "2022-07-14",
+                "time.html": "2021-01-09", "citation.html": "2020-05-01"}
+    for title, date in expected.items():
+        head, _, snippet = snippets[title].partition("\n\n")
+        assert head == f"Date published: {date}" and "frobnicator release" in snippet, snippets[title]
+    assert "Date published" not in snippets["undated.html"] and "frobnicator release" in snippets["undated.html"]

@@ -303,3 +303,29 @@ def test_a_failed_search_still_reports_its_attempts(web: FakeWeb) -> None:
         "backend": "duckduckgo", "target": "q", "outcome": "rate_limited",
         "detail": "duckduckgo answered HTTP 429 (rate limited)", "waited_s": 0.0,
     }
+
+
+@pytest.mark.parametrize(
+    "engine_host, page, snippet, date",
+    [
+        (DDG_HOST, ddg_page, "Mar 5, 2024 · Python 3.12.2 is out.", "Mar 5, 2024"),
+        (BRAVE_HOST, brave_page, "5 March 2024 - Python 3.12.2 is out.", "5 March 2024"),
+        (MOJEEK_HOST, mojeek_page, "2024-03-05 — Python 3.12.2 is out.", "2024-03-05"),
+        (DDG_HOST, ddg_page, "3 days ago ... Python 3.12.2 is out.", "3 days ago"),
+    ],
+)
+def test_an_engines_snippet_date_becomes_date_published(web: FakeWeb, engine_host, page, snippet, date) -> None:
+    """Engines write the page's date at the start of the snippet; the observation shows it as the reference
+    does: ``Date published: ...`` and a blank line, then the snippet."""
+    engine = {DDG_HOST: "duckduckgo", BRAVE_HOST: "brave", MOJEEK_HOST: "mojeek"}[engine_host]
+    web.serve(engine_host, (200, page([("Python 3.12.2", "https://www.python.org/downloads/", snippet)])))
+    result = SearchTool(backend(engines=(engine,)))({"query": ["python release"]})
+    [hit] = json.loads(result.text)[0]["web_page_info_list"]
+    assert hit["snippet"] == f"Date published: {date}\n\nPython 3.12.2 is out."
+
+
+def test_a_snippet_without_a_leading_date_is_unchanged(web: FakeWeb) -> None:
+    web.serve(DDG_HOST, (200, ddg_page(TOML)))
+    result = SearchTool(backend(engines=("duckduckgo",)))({"query": ["toml"]})
+    snippets = [hit["snippet"] for hit in json.loads(result.text)[0]["web_page_info_list"]]
+    assert snippets == ["Parse TOML 1.0.0 & more.", "A config file format for “humans”."]
