@@ -227,3 +227,82 @@ def test_tool_response_text_ends_a_turn_only_after_its_action():
     # An unclosed call whose JSON is complete is an action too.
     assert turn_end(f"x\n</think>\n<tool_call>\n{SEARCH}\n<tool_response>") is not None
     assert turn_end('x\n</think>\n<tool_call>\n{"name": "search", <tool_response>') is None
+
+
+# ------------------------------------------------------------------------------------- hostile turns (review)
+
+
+def test_a_deeply_nested_body_is_invalid_json_not_a_crash():
+    """json and json5 recurse; a body nested past their limits is an unreadable call, never a RecursionError."""
+    for depth in (60, 2000):
+        generated = f'x</think>\n<tool_call>\n{{"name": "search", "arguments": {{"query": {"[" * depth}"a"{"]" * depth}}}}}\n</tool_call>'
+        parsed = turn(generated)
+        assert parsed.kind in ("tool_call", "malformed")
+
+
+@pytest.mark.parametrize("blank", ["\n", " ", "\t \n"])
+def test_a_code_fence_around_a_long_blank_run_is_read(blank):
+    """The fence is stripped in one pass (a backtracking regex took 28 s on 2,000 newlines)."""
+    parsed = call_turn("```json" + blank * 3000 + SEARCH + "\n```")
+    assert parsed.tool_call == ToolCall("search", {"query": ["tomllib"]}) and codes(parsed) == ["repaired_json"]
+
+
+QUOTED = '{"name": "search", "arguments": {"query": ["what does </tool_call> mean"]}}'
+
+
+@pytest.mark.parametrize(
+    "generated, kind, expected_codes",
+    [
+        (f"x</think>\n<tool_call>\n{QUOTED}", "tool_call", ["unclosed_call"]),  # no close tag: the JSON ended
+        ('x</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["what does </tool_call> mean in',
+         "malformed", ["truncated_call"]),  # cut off inside the string: never run
+        (f"x</think>\n<tool_call>\n{QUOTED}}}\n</tool_call>", "tool_call", ["repaired_json"]),  # an extra brace
+        (f"x</think>\n<tool_call>\n```json\n{QUOTED}\n```\n</tool_call>", "tool_call", ["repaired_json"]),
+    ],
+)
+def test_a_quoted_close_tag_never_cuts_the_call(generated, kind, expected_codes):
+    parsed = turn(generated)
+    assert parsed.kind == kind and codes(parsed) == expected_codes
+    if parsed.tool_call:
+        assert parsed.tool_call.arguments["query"] == ["what does </tool_call> mean"]
+
+
+@pytest.mark.parametrize(
+    "generated, kind",
+    [
+        (f"The format says <answer></answer> tags at the end. First I search.\n<tool_call>\n{SEARCH}\n</tool_call>",
+         "tool_call"),
+        (f"I will give the <answer> later.\n<tool_call>\n{SEARCH}\n</tool_call>", "tool_call"),
+        ("A call looks like <tool_call>{...}</tool_call>; I know enough.\n<answer>\n42\n</answer>", "answer"),
+    ],
+)
+def test_without_a_think_close_the_action_is_the_one_the_turn_ends_with(generated, kind):
+    parsed = turn(generated)
+    assert parsed.kind == kind and codes(parsed) == ["unclosed_think"], parsed.errors
+
+
+def test_an_example_call_in_the_reasoning_does_not_end_the_turn():
+    """Reasoning that quotes an example call and then talks about <tool_response> goes on; the real call runs."""
+    generated = (f"An example is <tool_call>{SEARCH}</tool_call> and results come in <tool_response> tags.\n"
+                 '</think>\n\n<tool_call>\n{"name": "visit", "arguments": {"url": ["u"], "goal": "g"}}\n</tool_call>')
+    assert turn_end(generated) is None
+    assert turn(generated).tool_call.name == "visit"
+
+
+@pytest.mark.parametrize(
+    "generated",
+    [
+        f"I will call <tool_call>{SEARCH}</tool_call> now.\n</think>\n",  # call_in_reasoning
+        f"<think>again\n</think>\n<tool_call>{SEARCH}</tool_call>",  # a doubled <think>
+        f"one </think> two\n</think>\n<tool_call>\n{SEARCH}</tool_call> trailing",  # a quoted </think>
+        f"x\n</think>\n<tool_call>\n{SEARCH}</tool_call>\n<tool_call>\n{SEARCH}</tool_call>",
+    ],
+)
+def test_the_canonical_history_is_itself_well_formed(generated):
+    """Whatever the turn needed, what enters the history parses back well-formed to the same call: no think tag
+    inside the reasoning, no call left inside it."""
+    parsed = turn(generated)
+    assert parsed.usable and not parsed.well_formed
+    again = parse_turn(parsed.content, TOOLS)
+    assert again.well_formed and again.tool_call == parsed.tool_call, (parsed.content, again.errors)
+    assert parsed.content.count("<tool_call>") == 1 and parsed.content.count("</think>") == 1

@@ -108,3 +108,34 @@ def test_the_writer_starts_after_a_torn_line_on_a_new_line(tmp_path):
     TrajectoryWriter(path, "s").start(question="q", system_prompt="p")
     lines = path.read_bytes().split(b"\n")
     assert json.loads(lines[1])["session_id"] == "s" and lines[2] == b""
+
+
+def test_half_an_emoji_in_a_call_neither_crashes_the_session_nor_the_journal(tmp_path):
+    """A model's JSON may escape half a surrogate pair ("\\ud83d"); the call runs with U+FFFD in its place."""
+    path = tmp_path / "runs.jsonl"
+    turn = 'x\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["smile \\ud83d"]}}\n</tool_call>'
+    engine = ScriptedEngine([turn, answer_turn("done")])
+    result = Agent(engine, [PageTool("page")], trajectory_path=path).run("question")
+    assert result.termination == "answered"
+    [trajectory] = read_journal(path).trajectories
+    assert trajectory.turns[0]["tool_call"]["arguments"] == {"query": ["smile \ufffd"]}
+
+
+@pytest.mark.parametrize(
+    "foreign, reason",
+    [
+        ('{"record": "turn", "session_id": ["list"], "content": "c"}', "not a trajectory record"),
+        ('{"record": "turn", "session_id": {"a": 1}, "content": "c"}', "not a trajectory record"),
+        ('{"record": "turn", "session_id": "KEPT", "turn": 9}', "turn record without content"),
+        ('{"record": "start", "session_id": "other", "system_prompt": "p"}', "start record without question"),
+    ],
+)
+def test_hand_edited_or_foreign_records_are_skipped_with_a_reason(tmp_path, foreign, reason):
+    path = tmp_path / "runs.jsonl"
+    kept = session(path, "page")
+    text = path.read_text().replace("KEPT", kept.session_id)
+    path.write_text("\ufeff" + text + foreign.replace("KEPT", kept.session_id) + "\n")  # a BOM, as editors write
+    journal = read_journal(path)
+    assert [t.session_id for t in journal.trajectories] == [kept.session_id]
+    assert journal.trajectories[0].messages == kept.messages
+    assert any(reason in s.reason for s in journal.skipped), journal.skipped

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
@@ -190,10 +192,35 @@ def _check_type(tool: str, key: str, spec: Mapping[str, Any], value: Any) -> Non
         raise ToolArgumentError(f"Argument {key} of {tool} must be a {expected}, got {type(value).__name__}.")
 
 
-def _is_type(value: Any, json_type: str) -> bool:
+def _is_type(value: Any, json_type: str | Sequence[str]) -> bool:
+    """``value`` is of the JSON type (or of one of a union's types: ``["string", "null"]``)."""
+    if not isinstance(json_type, str):
+        return any(_is_type(value, one) for one in json_type)
+    if json_type == "null":
+        return value is None
     if json_type in ("integer", "number") and isinstance(value, bool):
         return False
+    if json_type in ("integer", "number") and isinstance(value, float) and not math.isfinite(value):
+        return False
     return isinstance(value, _JSON_TYPES.get(json_type, (object,)))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (lists and dicts walked) replaced by U+FFFD.
+
+    A model's JSON may hold ``"\\ud83d"`` (half an emoji); Python reads it as a lone surrogate, which no UTF-8
+    writer or tokenizer accepts.
+    """
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {without_lone_surrogates(key): without_lone_surrogates(item) for key, item in value.items()}
+    return value
 
 
 def as_list(value: Any) -> list[Any]:
@@ -246,9 +273,9 @@ def coerce_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) ->
     coerced: dict[str, Any] = {}
     dropped: list[str] = []
     changes: list[str] = []
-    for key, value in arguments.items():
+    for key, value in without_lone_surrogates(dict(arguments)).items():
         target = key if key in properties else _alias_of(key, properties, arguments)
-        if target is None:
+        if target is None or target in coerced:  # outside the schema, or a second alias of one property
             dropped.append(key)
             continue
         if target != key:
@@ -275,8 +302,13 @@ def _singular(word: str) -> str:
 
 
 def _coerce_value(value: Any, spec: Mapping[str, Any]) -> tuple[Any, str]:
-    """(value coerced to ``spec``'s type, a note of what changed or '')."""
+    """(value coerced to ``spec``'s type, a note of what changed or ''); a union type coerces to its first
+    non-null member unless the value already has one of its types."""
     kind = spec.get("type")
+    if isinstance(kind, list):
+        if _is_type(value, kind):
+            return value, ""
+        kind = next((one for one in kind if one != "null"), None)
     if kind == "array":
         note = ""
         if isinstance(value, str) and (decoded := _decoded_text(value, list)) is not None:
@@ -291,8 +323,10 @@ def _coerce_value(value: Any, spec: Mapping[str, Any]) -> tuple[Any, str]:
             return value[0], "a list read as its first item"
         if isinstance(value, (int, float, bool, dict, list)):
             return json.dumps(value, ensure_ascii=False), "a non-string read as its JSON text"
-    if kind in ("integer", "number", "boolean") and isinstance(value, str):
-        decoded = _decoded_text(value, (int, float, bool))
+    if kind == "boolean" and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true", f"the string {value!r} read as a boolean"
+    if kind in ("integer", "number") and isinstance(value, str):
+        decoded = _decoded_text(value, (int, float))
         decoded = _as_integer(decoded) if kind == "integer" else decoded
         if decoded is not None and _is_type(decoded, kind):
             return decoded, f"the string {value!r} read as a {kind}"
@@ -308,7 +342,7 @@ def _decoded_text(text: str, types: type | tuple[type, ...]) -> Any:
     for loads in (json.loads, json5.loads):
         try:
             value = loads(text.strip())
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, types):
             return value

@@ -26,6 +26,8 @@ Errors: ``CorpusError`` and its subclasses, in the tool layer's tree (``tools.er
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import functools
 import hashlib
 import json
@@ -350,7 +352,7 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
         raw = (root / path).read_bytes()
         is_pdf = Path(path).suffix.lower() == ".pdf"
         source = pdf_text(raw) if is_pdf else _decode_file(raw, path)
-    except (OSError, PdfError) as exc:
+    except (OSError, PdfError, ValueError, LookupError) as exc:  # one unreadable file never stops the corpus
         return _Entry(path, "", "", mtime_ns, size, str(exc))
     if is_pdf and not source.strip():
         return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
@@ -451,18 +453,27 @@ _ISO_DATE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})")
 
 def published_date(tree: etree._Element) -> str:
     """The publication date a page declares in its metadata (``<meta>`` by name, property or itemprop, or a
-    ``<time itemprop="datePublished">``), as ``YYYY-MM-DD`` when it reads so, else as written; ``""`` when none."""
-    found: dict[str, str] = {}
+    ``<time itemprop="datePublished">``), as ``YYYY-MM-DD``; ``""`` when none reads as a date."""
+    found: dict[str, list[str]] = {}
     for meta in tree.xpath("//meta[@content]"):
         key = (meta.get("property") or meta.get("name") or meta.get("itemprop") or "").strip().lower()
-        found.setdefault(key, meta.get("content", "").strip())
+        found.setdefault(key, []).append(meta.get("content", "").strip())
     for time in tree.xpath("//time[@itemprop='datePublished'][@datetime]"):
-        found.setdefault("datepublished", time.get("datetime", "").strip())
-    value = next((found[key] for key in _DATE_META if found.get(key)), "")
-    if match := _ISO_DATE.match(value):
-        year, month, day = match.groups()
-        return f"{year}-{int(month):02d}-{int(day):02d}"
-    return value[:40]
+        found.setdefault("datepublished", []).append(time.get("datetime", "").strip())
+    for value in (value for key in _DATE_META for value in found.get(key, []) if value):
+        if date := _as_date(value):
+            return date
+    return ""
+
+
+def _as_date(value: str) -> str:
+    """``YYYY-MM-DD`` for an ISO-like (``2024/3/5``, ``2024-03-05T10:00Z``) or RFC 2822 date, else ''."""
+    try:
+        if match := _ISO_DATE.match(value):
+            return datetime.date(*map(int, match.groups())).isoformat()
+        return email.utils.parsedate_to_datetime(value).date().isoformat()
+    except (ValueError, TypeError, IndexError):  # 2024-13-45, an epoch number, free text: not a date
+        return ""
 
 
 def _plain_title(source: str, *, markdown: bool) -> str:

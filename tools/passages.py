@@ -6,7 +6,7 @@ tokens for its extractor, PROTOCOL.md "Tools and observation shapes"). It reduce
 1. ``extract_passages``: main text with trafilatura (HTML, its XML output, one passage per paragraph, heading,
    list item or table row) or blank-line paragraphs (plain text, Markdown). trafilatura can drop text of the
    main body (the first line of a ``<br>``-separated page without ``<p>``); a recall pass over the page's text
-   restores it (``restore_dropped_text``);
+   restores it (``recall.restore_dropped_text``);
 2. ``split_passages``: short passages (headings) join the next one, long ones split at sentence ends;
 3. ``select_passages``: score each passage against the goal with BM25 (k1 1.2, b 0.75), keep the best in
    document order while they fit in the budget. Tokens are approximated as ``ceil(len(text) / 4)`` unless a
@@ -18,13 +18,14 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import lxml.html
 import trafilatura
 from bm25s.stopwords import STOPWORDS_EN
 from lxml import etree
+
+from venus_edge.tools.recall import restore_dropped_text
 
 __all__: list[str] = []
 
@@ -90,139 +91,6 @@ def _html_paragraphs(html: str) -> list[str]:
     for node in tree.xpath("//script|//style|//noscript|//template"):
         node.drop_tree()
     return [" ".join(tree.text_content().split())]
-
-
-# Elements that start a new line of text; text inside inline elements (a, b, font, span) continues the line.
-_BLOCK_ELEMENTS = frozenset(
-    "address article aside blockquote body br center dd details dialog div dl dt fieldset figcaption figure footer "
-    "form h1 h2 h3 h4 h5 h6 header hgroup hr li main nav ol p pre section summary table tbody td tfoot th thead tr "
-    "ul".split()
-)
-_NOT_TEXT = frozenset({"script", "style", "noscript", "template", "head", "title"})
-# Page furniture: lines inside these elements, or elements with these ARIA roles, are never put back.
-_FURNITURE = frozenset({"nav", "aside", "header", "footer", "form", "menu", "button", "select"})
-_FURNITURE_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar"})
-# ... and class or id names that mark furniture (as readability's "unlikely candidates" do).
-_FURNITURE_NAMES = re.compile(
-    r"(?:^|[-_\s])(?:footer|sidebar|sphinxsidebar|nav|navbar|navigation|menu|breadcrumbs?|related|comments?|share|"
-    r"social|cookies?|banner|ads?|advert)(?:$|[-_\s])",
-    re.IGNORECASE,
-)
-# A block counts as main content when the main pass kept a line of at least this many words from it.
-MAIN_LINE_WORDS = 5
-# The main region holds at least this share of the characters the main pass kept.
-MAIN_REGION_SHARE = 0.9
-
-
-@dataclass
-class _Line:
-    """One line of the page as a browser would break it: text between block boundaries and ``<br>``s."""
-
-    parts: list[str]
-    block: etree._Element  # the block element the line is in
-    link_chars: int = 0  # characters inside <a>
-    furniture: bool = False  # inside nav, aside, header, footer, ...
-
-    @property
-    def text(self) -> str:
-        return " ".join(" ".join(self.parts).split())
-
-
-def restore_dropped_text(html: str, paragraphs: list[str]) -> list[str]:
-    """``paragraphs`` (the main pass, in page order) with the lines of the main body it dropped put back.
-
-    The recall pass cuts the page into lines as a browser breaks them (block elements and ``<br>``). A block is
-    main content when the main pass kept one of its lines of at least ``MAIN_LINE_WORDS`` words; the main region
-    is the deepest element holding ``MAIN_REGION_SHARE`` of the text the main pass kept. A line that the main pass dropped is put back, before the
-    paragraph that holds the next kept line (or at the end), when it lies inside the main region, or right next
-    to a kept line in an element around the region (an opening line before the article's ``<div>``), and is not
-    mostly link text nor inside page furniture (nav, aside, header, footer, forms; navigation roles; classes such
-    as ``footer`` or ``sidebar``). Other lines outside the
-    region (menus, footers, sidebars around the article) stay dropped, as the main pass decided.
-    """
-    try:
-        tree = lxml.html.document_fromstring(html)
-    except (etree.ParserError, ValueError):
-        return paragraphs
-    lines = [line for line in _page_lines(tree) if line.text]
-    # Compared without whitespace: the main pass spaces text around inline elements its own way.
-    kept_text = "".join("".join(p.split()) for p in paragraphs)
-    kept = ["".join(line.text.split()) in kept_text for line in lines]
-    main = {line.block for line, was_kept in zip(lines, kept) if was_kept and len(line.text.split()) >= MAIN_LINE_WORDS}
-    if not main:
-        return paragraphs
-    region = _main_region([(line, len(line.text)) for line, was_kept in zip(lines, kept) if was_kept])
-    around = set(region.iterancestors())
-
-    def restorable(index: int) -> bool:
-        line = lines[index]
-        if kept[index] or line.furniture or line.link_chars * 2 >= len(line.text) or not _WORD.search(line.text):
-            return False
-        if line.block is region or region in line.block.iterancestors():
-            return True
-        neighbours = [i for i in (index - 1, index + 1) if 0 <= i < len(lines) and kept[i]]
-        return line.block in around and any(lines[i].block in main for i in neighbours)
-
-    out = list(paragraphs)
-    pending: list[str] = []
-    for index, line in enumerate(lines):
-        if kept[index] and pending:
-            compact = "".join(line.text.split())
-            at = next((i for i, p in enumerate(out) if compact in "".join(p.split())), len(out))
-            out[at:at] = pending
-            pending = []
-        elif restorable(index):
-            pending.append(line.text)
-    return out + pending
-
-
-def _page_lines(tree: etree._Element) -> list[_Line]:
-    """The page's text as lines, in order (see ``_Line``)."""
-    lines: list[_Line] = []
-
-    def add(text: str | None, block: etree._Element, in_link: bool, furniture: bool) -> None:
-        if not text or not text.strip():
-            return
-        if not lines or lines[-1].block is not block or lines[-1].furniture != furniture:
-            lines.append(_Line([], block, furniture=furniture))
-        lines[-1].parts.append(text)
-        lines[-1].link_chars += len(text.strip()) if in_link else 0
-
-    def visit(element: etree._Element, block: etree._Element, in_link: bool, furniture: bool) -> None:
-        if not isinstance(element.tag, str) or element.tag in _NOT_TEXT:
-            return
-        if element.tag in _BLOCK_ELEMENTS:
-            block = element
-            lines.append(_Line([], block, furniture=furniture))  # a block starts a new line
-        in_link = in_link or element.tag == "a"
-        furniture = furniture or _is_furniture(element)
-        add(element.text, block, in_link, furniture)
-        for child in element:
-            visit(child, block, in_link, furniture)
-            if isinstance(child.tag, str) and child.tag in _BLOCK_ELEMENTS:
-                lines.append(_Line([], block, furniture=furniture))  # text after a block is a new line
-            add(child.tail, block, in_link and child.tag != "a", furniture)
-
-    visit(tree, tree, False, False)
-    return lines
-
-
-def _is_furniture(element: etree._Element) -> bool:
-    if element.tag in _FURNITURE or element.get("role") in _FURNITURE_ROLES:
-        return True
-    return bool(_FURNITURE_NAMES.search(f"{element.get('class', '')} {element.get('id', '')}"))
-
-
-def _main_region(kept_lines: list[tuple[_Line, int]]) -> etree._Element:
-    """The deepest element that holds at least ``MAIN_REGION_SHARE`` of the kept characters: the article, not the
-    page around it when the main pass also kept a line of a sidebar."""
-    held: dict[etree._Element, int] = {}
-    for line, chars in kept_lines:
-        for element in (line.block, *line.block.iterancestors()):
-            held[element] = held.get(element, 0) + chars
-    total = sum(chars for _, chars in kept_lines)
-    candidates = [element for element, chars in held.items() if chars >= MAIN_REGION_SHARE * total]
-    return max(candidates, key=lambda element: sum(1 for _ in element.iterancestors()))
 
 
 def is_script_shell(html: str) -> bool:

@@ -239,11 +239,14 @@ def _to_hits(results: Sequence[Any]) -> list[Hit]:
     return hits
 
 
-_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
-# "Mar 5, 2024 · ", "5 March 2024 — ", "2024-03-05 - ", "3 days ago ... ": how engines lead a dated snippet.
+_MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
+          r"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
+# "Mar 5, 2024 · ", "5 March 2024 — ", "2024-03-05 - ", "3 days ago · ": how engines lead a dated snippet. A relative
+# date needs a dot or dash separator other than a hyphen ("10 years ago - he wrote" is prose).
 _SNIPPET_DATE = re.compile(
-    rf"^\s*({_MONTH}\s+\d{{1,2}},\s+\d{{4}}|\d{{1,2}}\s+{_MONTH}\s+\d{{4}}|\d{{4}}-\d{{2}}-\d{{2}}"
-    rf"|\d{{1,2}}\s+(?:minute|hour|day|week|month|year)s?\s+ago)\s*(?:·|—|–|-|\.\.\.|…)\s+",
+    rf"^\s*(?:({_MONTH}\s+\d{{1,2}},\s+\d{{4}}|\d{{1,2}}\s+{_MONTH}\s+\d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b"
+    rf"\s*(?:·|—|–|-|\.\.\.|…)"
+    rf"|(\d{{1,2}}\s+(?:minute|hour|day|week|month|year)s?\s+ago)\s*(?:·|—|\.\.\.|…))\s+",
     re.IGNORECASE,
 )
 
@@ -257,4 +260,4 @@ def split_snippet_date(snippet: str) -> tuple[str | None, str]:
     match = _SNIPPET_DATE.match(snippet)
     if match is None:
         return None, snippet
-    return match.group(1), snippet[match.end() :]
+    return match.group(1) or match.group(2), snippet[match.end() :]

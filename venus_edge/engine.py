@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import ctypes
+import math
 import os
 import time
 import unicodedata
@@ -54,6 +55,8 @@ class SamplingParams:
         presence_penalty: subtracted once from the logit of every token already generated in this call (all of
             them, as vLLM does; not a window of the last 64 as llama-cpp-python's default).
         max_tokens: new tokens at most in this call.
+        logprobs: also return each generated token's log-probability under the model (``Completion.logprobs``):
+            the log-softmax of the raw logits, before penalties, temperature and truncation.
     """
 
     temperature: float = 1.0
@@ -61,6 +64,7 @@ class SamplingParams:
     top_k: int = 20
     presence_penalty: float = 1.1
     max_tokens: int = 15_000
+    logprobs: bool = False
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -120,6 +124,7 @@ class Completion:
         finish_reason: ``stop`` (a stop string), ``eog`` (end-of-generation token) or ``length``.
         stop_string: the stop string met, if any.
         stats: timing and KV-cache figures.
+        logprobs: with ``SamplingParams.logprobs``, the log-probability of each of ``token_ids`` (natural log).
     """
 
     text: str
@@ -127,6 +132,7 @@ class Completion:
     finish_reason: FinishReason
     stop_string: str | None
     stats: GenerationStats
+    logprobs: list[float] | None = None
 
 
 TokenCallback = Callable[[str], None]
@@ -308,7 +314,8 @@ class LlamaCppEngine:
         """
         self._check_open()
         text = tokenizer_normalize(text, self._llm.metadata)
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=parse_special)
+        # "replace": a lone surrogate (no UTF-8 form) must not crash a session; the parser and the tools remove them
+        return self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=parse_special)
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes of one token, whatever its length (special tokens rendered as their text)."""
@@ -521,6 +528,7 @@ def _run_generation(
     stream = _StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
     llm.last_n_tokens_size = max_tokens
     token_ids: list[int] = []
+    logprobs: list[float] | None = [] if sampling.logprobs else None
     finish: FinishReason = "length"
     decoded = 0
     start = first = time.perf_counter()
@@ -539,6 +547,8 @@ def _run_generation(
             finish, stream.stop_hit = "stop", stop_ids[token]
             break
         token_ids.append(token)
+        if logprobs is not None:
+            logprobs.append(_token_logprob(llm, token))
         if stream.feed(decoder.decode(engine.token_bytes(token))):
             finish = "stop"
             break
@@ -557,7 +567,14 @@ def _run_generation(
         prefill_s=first - start,
         decode_s=end - first,
     )
-    return Completion(stream.text, token_ids, finish, stream.stop_hit, stats)
+    return Completion(stream.text, token_ids, finish, stream.stop_hit, stats, logprobs)
+
+
+def _token_logprob(llm: llama_cpp.Llama, token: int) -> float:
+    """log softmax(logits)[token] for the logits that just produced ``token`` (the context's last row)."""
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(llm._n_vocab,))
+    top = float(logits.max())
+    return float(logits[token]) - top - math.log(float(np.exp(logits - top, dtype=np.float64).sum()))
 
 
 @dataclass

@@ -30,7 +30,6 @@ rate limits, fallbacks, back-off waits). Journals written before it existed read
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -38,10 +37,17 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from venus_edge.errors import TrajectoryError
+from venus_edge.jsonl import append_record, iter_records
 
 __all__ = ["Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"]
 
 SCHEMA_VERSION = 1
+# What each record needs to be read (field -> type); a record without it is skipped and reported.
+_REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "start": {"question": str, "system_prompt": str},
+    "turn": {"content": str},
+    "end": {"termination": str, "messages": list},
+}
 #: Turn-record fields added after schema 1 was first written, with the value older journals read back with.
 _TURN_DEFAULTS: dict[str, Any] = {"tool_attempts": [], "dropped_arguments": [], "argument_changes": [], "generated": None}
 logger = logging.getLogger(__name__)
@@ -92,15 +98,7 @@ class TrajectoryWriter:
         self._append({"record": "end", **fields})
 
     def _append(self, record: dict[str, Any]) -> None:
-        line = json.dumps({"session_id": self.session_id, **record}, ensure_ascii=False).encode("utf-8")
-        with self.path.open("a+b") as handle:
-            if handle.seek(0, os.SEEK_END) > 0:
-                handle.seek(-1, os.SEEK_END)
-                if handle.read(1) != b"\n":  # a record torn by a crash: start on a line of our own
-                    line = b"\n" + line
-            handle.write(line + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_record(self.path, {"session_id": self.session_id, **record})
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,10 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
     for number, record in _records(path, skipped):
         session = sessions.setdefault(record["session_id"], {"start": None, "turns": [], "end": None, "line": number})
         kind = record["record"]
-        if kind == "start":
+        missing = [name for name in _REQUIRED[kind] if not isinstance(record.get(name), _REQUIRED[kind][name])]
+        if missing:
+            skipped.append(SkippedLine(number, f"{kind} record without {', '.join(missing)}; left out"))
+        elif kind == "start":
             session["start"] = record
         elif kind == "turn":
             session["turns"].append({**_TURN_DEFAULTS, **record})
@@ -168,19 +169,13 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
 def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise TrajectoryError(path, 0, "no such file")
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-        if not raw.strip():
+    for number, record, problem in iter_records(path):
+        if problem:
+            skipped.append(SkippedLine(number, problem))
             continue
-        try:
-            record = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            skipped.append(SkippedLine(number, "not UTF-8 (a record torn by a crash?)"))
-            continue
-        except json.JSONDecodeError as exc:
-            skipped.append(SkippedLine(number, f"not JSON ({exc.msg} at char {exc.pos}; a record torn by a crash?)"))
-            continue
-        if not isinstance(record, dict) or record.get("record") not in ("start", "turn", "end") or "session_id" not in record:
-            skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and 'session_id')"))
+        if (not isinstance(record, dict) or record.get("record") not in ("start", "turn", "end")
+                or not isinstance(record.get("session_id"), str)):
+            skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and a string 'session_id')"))
             continue
         yield number, record
 

@@ -53,3 +53,56 @@ def test_decode_text_without_any_declaration(encoding):
             "shift_jis": CHARSET_CASES["meta-shift-jis"][2], "gb18030": CHARSET_CASES["meta-gbk"][2],
             "utf-16": GERMAN}[encoding]
     assert text in decode_text(f"<p>{text}</p>".encode(encoding), markup=True)
+
+
+@pytest.mark.parametrize("label", ["undefined", "hex", "base64", "rot13", "zlib", "idna", "cp037", "utf8mb4", "none"])
+@pytest.mark.parametrize("where", ["header", "meta"])
+def test_labels_browsers_ignore_are_ignored(label, where):
+    """A label that names no web encoding (a template's 'undefined', a Python-only codec, EBCDIC) does not decide
+    the encoding and never raises: the page falls through to detection, as in a browser."""
+    body = _page("Grüße für Müller", f'<meta charset="{label}">' if where == "meta" else "").encode("utf-8")
+    header = f"text/html; charset={label}" if where == "header" else "text/html"
+    assert "Grüße für Müller" in decode_text(body, header, markup=True)
+
+
+def test_a_utf16_meta_on_a_page_without_a_bom_means_utf8():
+    body = _page("深度研究 Grüße", '<meta charset="utf-16">').encode("utf-8")
+    assert "深度研究 Grüße" in decode_text(body, "text/html", markup=True)
+
+
+WESTERN = {
+    "fr": "Le château de Versailles a été construit à la demande de Louis XIV ; les jardins s'étendent au loin.",
+    "de": "Die Universität München wurde 1472 gegründet und ist für ihre Forschung bekannt.",
+    "es": "La señora Peña vivió en Cádiz durante años y escribió canciones sobre el mar.",
+    "pt": "A inauguração da ponte ocorreu em março; a população comemorou com música.",
+    "en": "He said “this is the end” — and then, after a pause, left. It’s 5 € per ticket.",
+    "short": "café",
+}
+
+
+@pytest.mark.parametrize("text", WESTERN.values(), ids=WESTERN.keys())
+@pytest.mark.parametrize("markup", [False, True])
+def test_undeclared_western_text_reads_as_windows_1252(text, markup):
+    """charset-normalizer tells the Western code pages apart poorly (German comes back as cp775, Spanish as
+    cp1250, 'café' as UTF-16); Latin-script text is windows-1252, the browser's fallback."""
+    body = (_page(text) if markup else text).encode("cp1252")
+    assert text in decode_text(body, None, markup=markup)
+
+
+def test_detection_looks_where_the_non_ascii_bytes_are():
+    body = ("plain ascii line\n" * 20_000 + "Grüße aus München").encode("cp1252")
+    assert decode_text(body, None, markup=False).endswith("Grüße aus München")
+
+
+def _page(text: str, head: str = "") -> str:
+    return f"<html><head>{head}<title>t</title></head><body><p>{text}</p></body></html>"
+
+
+def test_a_file_with_a_bogus_charset_does_not_stop_the_corpus(tmp_path: Path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "bogus.html").write_bytes(_page("Grüße aus Köln", '<meta charset="undefined">').encode("utf-8"))
+    (folder / "plain.html").write_bytes(_page("tomllib parses TOML").encode("utf-8"))
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index", name="docs")
+    assert len(corpus) == 2 and not corpus.skipped
+    assert "Grüße aus Köln" in corpus.read("corpus://docs/bogus.html").html_or_text

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import lxml.html
 import trafilatura
 
 from venus_edge.tools.passages import (
@@ -136,3 +137,50 @@ def test_a_paragraph_the_main_pass_drops_on_a_real_page_is_restored():
     text = " ".join(extract_passages(html, "text/html"))
     assert entry in text
     assert "Previous topic" not in text and "Python Software Foundation License" not in text
+
+
+ARTICLE = ("The committee approved the new budget after a long debate about hospitals and schools in the region.",
+           "Second paragraph with more details about the vote, the opposition and what happens next year.",
+           "Closing remarks about the vote and the schedule of the next meetings of the regional council.")
+
+
+@pytest.mark.parametrize("marker", ["\u00ad", "\u200b", "\u2060", "\ufeff"], ids=["soft hyphen", "zwsp", "joiner", "bom"])
+def test_text_the_main_pass_normalized_is_not_put_back_twice(marker):
+    """trafilatura drops soft hyphens and zero-width characters; the recall pass compares on a folded form."""
+    first = ARTICLE[0].replace("budget", f"bud{marker}get").replace("hospitals", f"hos{marker}pitals")
+    html = f"<html><body><article><p>{first}</p><p>{ARTICLE[1]}</p><p>{ARTICLE[2]}</p></article></body></html>"
+    passages = extract_passages(html, "text/html")
+    assert sum("committee approved" in p for p in passages) == 1, passages
+
+
+HIDDEN = {
+    "aria-hidden": "<p aria-hidden='true'>Decorative duplicate heading text for the layout grid.</p>",
+    "display none": "<p style='display: none'>Invisible text kept for search engines only.</p>",
+    "closed dialog": "<dialog><p>Subscribe now and get unlimited access to every article.</p></dialog>",
+    "video fallback": "<video src='v.mp4'>Your browser does not support the video tag, sorry.</video>",
+    "iframe fallback": "<iframe src='x'>Your browser does not support inline frames at all.</iframe>",
+    "svg text": "<svg><text>Chart label north south east west regions.</text></svg>",
+    "newsletter box": "<div class='newsletter-box'><p>Sign up for our daily newsletter to get the news.</p></div>",
+    "tags line": "<div class='post-tags'><p>Tags: politics, budget, hospitals and schools.</p></div>",
+    "comments": "<div id='disqus_thread'><p>User123: This is a great article, thanks for writing it!</p></div>",
+}
+
+
+@pytest.mark.parametrize("extra", HIDDEN.values(), ids=HIDDEN.keys())
+def test_hidden_text_media_fallbacks_and_furniture_are_not_put_back(extra):
+    html = (f"<html><body><div class='content'><p>{ARTICLE[0]}</p>{extra}<p>{ARTICLE[1]}</p><p>{ARTICLE[2]}</p>"
+            "</div></body></html>")
+    text = " ".join(extract_passages(html, "text/html"))
+    hidden = lxml.html.fromstring(extra).text_content().strip()[:20]
+    assert hidden not in text and all(p[:30] in text for p in ARTICLE), text
+
+
+def test_a_restored_line_goes_in_its_place_even_after_a_repeated_label():
+    """The dropped line is inserted before the next kept line at or after where the walk is, not before the first
+    paragraph that happens to hold the same short text."""
+    html = ("<html><body><div id='main'>"
+            f"<p>Example: yes.</p><p>{ARTICLE[0]}</p>Dropped line that belongs right here in the middle.<br>"
+            f"<p>Example: yes.</p><p>{ARTICLE[2]}</p></div></body></html>")
+    passages = extract_passages(html, "text/html")
+    text = " ".join(passages)
+    assert text.index(ARTICLE[0][:30]) < text.index("Dropped line") < text.index(ARTICLE[2][:30]), passages

@@ -91,6 +91,8 @@ DATED_PAGES = {
     "time.html": '<time itemprop="datePublished" datetime="2021-01-09">Jan 9</time>',
     "citation.html": '<meta name="citation_publication_date" content="2020/5/1">',
     "undated.html": "",
+    "bad-date.html": '<meta name="date" content="2024-13-45"><meta name="date" content="1709596800">',
+    "empty-first.html": '<meta property="article:published_time" content=""><meta name="date" content="2019-02-03">',
 }
 
 
@@ -106,8 +108,9 @@ def test_corpus_results_carry_the_date_a_page_declares(tmp_path) -> None:
     result = SearchTool(CorpusSearchBackend(corpus))({"query": ["frobnicator release widgets"]})
     snippets = {hit["title"]: hit["snippet"] for hit in json.loads(result.text)[0]["web_page_info_list"]}
     expected = {"og.html": "2024-03-05", "schema.html": "2023-11-02", "dc.html": "2022-07-14",
-                "time.html": "2021-01-09", "citation.html": "2020-05-01"}
+                "time.html": "2021-01-09", "citation.html": "2020-05-01", "empty-first.html": "2019-02-03"}
     for title, date in expected.items():
         head, _, snippet = snippets[title].partition("\n\n")
         assert head == f"Date published: {date}" and "frobnicator release" in snippet, snippets[title]
-    assert "Date published" not in snippets["undated.html"] and "frobnicator release" in snippets["undated.html"]
+    for undated in ("undated.html", "bad-date.html"):
+        assert "Date published" not in snippets[undated] and "frobnicator release" in snippets[undated]

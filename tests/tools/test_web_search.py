@@ -21,7 +21,7 @@ pytest.importorskip("ddgs", reason="the web extra is not installed: pip install 
 from venus_edge.tools.base import ToolAttempt  # noqa: E402
 from venus_edge.tools.search import BackendAttempt, SearchTool  # noqa: E402
 from venus_edge.tools.errors import WebSearchError  # noqa: E402
-from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, region_for  # noqa: E402
+from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, region_for, split_snippet_date  # noqa: E402
 
 DDG_HOST, BRAVE_HOST, MOJEEK_HOST = "html.duckduckgo.com", "search.brave.com", "www.mojeek.com"
 
@@ -322,6 +322,12 @@ def test_an_engines_snippet_date_becomes_date_published(web: FakeWeb, engine_hos
     result = SearchTool(backend(engines=(engine,)))({"query": ["python release"]})
     [hit] = json.loads(result.text)[0]["web_page_info_list"]
     assert hit["snippet"] == f"Date published: {date}\n\nPython 3.12.2 is out."
+
+
+@pytest.mark.parametrize("snippet", ["Marvel 5, 2024 - movie news", "Mayor 12, 2024 - council", "10 years ago - he wrote",
+                                     "Dec 25, 2023 -x", "2024 was a year"])
+def test_prose_that_looks_like_a_date_is_not_one(snippet) -> None:
+    assert split_snippet_date(snippet) == (None, snippet)
 
 
 def test_a_snippet_without_a_leading_date_is_unchanged(web: FakeWeb) -> None:

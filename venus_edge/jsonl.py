@@ -1,0 +1,47 @@
+"""Append-only JSONL files that survive any text and any crash: the trajectory journal and eval results.
+
+Records are separated by ``\\n`` alone (a text may hold U+2028, U+0085 or ``\\r``, which JSON keeps as they are),
+written with ``ensure_ascii=False`` and fsync'ed one by one. A record torn by a crash is skipped by the reader and
+reported with its line number, and the writer puts its next record on a line of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__: list[str] = []
+
+
+def append_record(path: Path, record: Any) -> None:
+    """Append ``record`` as one JSON line, flushed and fsync'ed; after a torn line it starts a new one.
+
+    A lone surrogate (half an emoji, from a ``"\\ud83d"`` escape in a model's JSON) is written as its JSON escape,
+    so the line stays UTF-8 and reads back to the same string.
+    """
+    line = json.dumps(record, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    with path.open("a+b") as handle:
+        if handle.seek(0, os.SEEK_END) > 0:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":  # a record torn by a crash: start on a line of our own
+                line = b"\n" + line
+        handle.write(line + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, Any | None, str]]:
+    """``(line number, record, "")`` for each readable line, ``(line number, None, reason)`` for each torn or
+    foreign one; blank lines are left out. The caller checks the file exists."""
+    data = path.read_bytes()
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield number, json.loads(raw.decode("utf-8")), ""
+        except UnicodeDecodeError:
+            yield number, None, "not UTF-8 (a record torn by a crash?)"
+        except json.JSONDecodeError as exc:
+            yield number, None, f"not JSON ({exc.msg} at char {exc.pos}; a record torn by a crash?)"

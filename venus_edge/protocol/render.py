@@ -1,0 +1,203 @@
+"""Rendering DR-Venus's wire protocol: the tags, the system prompt, the ChatML conversation and the
+observations, byte-exact.
+
+Sources (see ``shared/PROTOCOL.md``): the system prompt and the forced-answer notices follow DR-Venus
+``Inference/run_demo.py``; the rendering rules follow the Qwen3 chat template (``Qwen-Qwen3-0.6B.jinja`` in
+llama.cpp's ``models/templates``) with the Thinking-2507 generation prompt, which opens ``<think>\\n``; the format
+check follows ``RL/verl/utils/reward_score/format_checker.py`` as summarized in PROTOCOL.md.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date as Date
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+
+__all__ = [
+    "ANSWER_CLOSE",
+    "ANSWER_OPEN",
+    "CONTEXT_LIMIT_NOTICE",
+    "CONTROL_TOKEN_OPEN",
+    "FORMAT_ERROR_NOTICE",
+    "GENERATION_PROMPT",
+    "IM_END",
+    "IM_START",
+    "PERSONA",
+    "STEP_LIMIT_NOTICE",
+    "STOP_STRINGS",
+    "THINK_CLOSE",
+    "THINK_OPEN",
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
+    "TOOL_RESPONSE_CLOSE",
+    "TOOL_RESPONSE_OPEN",
+    "is_observation",
+    "observation",
+    "render_chat",
+    "render_chat_parts",
+    "render_messages",
+    "render_parts",
+    "render_system_prompt",
+    "tokenize_message",
+]
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+# Every ChatML control token (<|im_start|>, <|im_end|>, <|endoftext|>) starts so; text without it holds none.
+CONTROL_TOKEN_OPEN = "<|"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+#: The Thinking-2507 generation prompt: the model's text starts inside the reasoning block.
+GENERATION_PROMPT = f"{IM_START}assistant\n{THINK_OPEN}\n"
+#: Generation stops here (PROTOCOL.md, "Decoding and limits"); the end-of-turn token stops it too. Pass
+#: ``stop_text_if=action_complete`` with them: where the vocabulary spells ``<tool_response>`` in several tokens,
+#: the text stops a turn only after its action (``turn_end``).
+STOP_STRINGS: tuple[str, ...] = (TOOL_RESPONSE_OPEN,)
+
+# The persona the model was trained with (DR-Venus Inference/run_demo.py, SYSTEM_PROMPT; Apache-2.0).
+# It is part of the wire format: any change to it is a change of protocol.
+PERSONA = (
+    "You are a deep research assistant. Your core function is to conduct thorough, multi-source investigations "
+    "into any topic. You must handle both broad, open-domain inquiries and queries within specialized academic "
+    "fields. For each user request, you must actively seek out and **cross-check information** from credible and "
+    "diverse sources, then integrate the findings into a response that is comprehensive, accurate, "
+    "well-structured, and objective. When you have gathered sufficient information and are ready to provide the "
+    "definitive response, you must enclose the entire final answer in `<answer></answer>` tags."
+)
+
+# The standard Qwen tool-prompt layout (the `tools` branch of the Qwen3 chat template), written into the system
+# text rather than passed as `tools=`, followed by the date line.
+_TOOLS_HEADER = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+)
+_TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call>"
+)
+
+# Observation texts of the reference loop (Inference/run_demo.py), verbatim: the model saw them in training.
+FORMAT_ERROR_NOTICE = (
+    "ERROR!\nPlease call a tool with the correct format, or if you are ready to answer, provide the entire final "
+    "answer in `<answer></answer>` tags."
+)
+CONTEXT_LIMIT_NOTICE = (
+    "You have reached the maximum context length. Based on the information and knowledge you have gathered, "
+    "please provide the entire final answer in `<answer></answer>` tags now."
+)
+STEP_LIMIT_NOTICE = (
+    "You've reached the maximum number of tool calls. Based on the information and knowledge you have gathered, "
+    "please provide the entire final answer in `<answer></answer>` tags now."
+)
+
+Role = Literal["system", "user", "assistant"]
+
+
+def render_system_prompt(tool_schemas: Iterable[Mapping[str, Any]], today: Date | str) -> str:
+    """Return the system message text: persona, ``# Tools`` block with one JSON schema per line, date line.
+
+    Args:
+        tool_schemas: OpenAI-style function objects, rendered with ``json.dumps`` default separators in order.
+        today: the date for the ``Current date: YYYY-MM-DD`` line.
+
+    The text ends with a newline, as in the reference ``SYSTEM_PROMPT``.
+    """
+    day = today.isoformat() if isinstance(today, Date) else str(today)
+    schemas = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in tool_schemas)
+    return f"{PERSONA}\n\n{_TOOLS_HEADER}{schemas}{_TOOLS_FOOTER}\n\nCurrent date: {day}\n"
+
+
+def observation(text: str) -> str:
+    """Wrap a tool result as the user message that carries it: ``<tool_response>\\n{text}\\n</tool_response>``."""
+    return f"{TOOL_RESPONSE_OPEN}\n{text}\n{TOOL_RESPONSE_CLOSE}"
+
+
+def is_observation(content: str) -> bool:
+    """True for a user message that is only a ``<tool_response>`` block (the template's multi-step rule)."""
+    return content.startswith(TOOL_RESPONSE_OPEN) and content.endswith(TOOL_RESPONSE_CLOSE)
+
+
+def render_messages(messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> str:
+    """Render a conversation as the Qwen3 (Thinking-2507) chat template does, byte for byte.
+
+    Args:
+        messages: ``{"role": "system" | "user" | "assistant", "content": str}`` dicts. Tool results are user
+            messages whose content is ``observation(text)``.
+        add_generation_prompt: append ``GENERATION_PROMPT`` (``<|im_start|>assistant\\n<think>\\n``).
+
+    Rules taken from the template: an assistant message after the last real user query (one that is not only a
+    ``<tool_response>`` block) keeps its reasoning, re-rendered as ``<think>\\n{reasoning}\\n</think>\\n\\n{rest}``;
+    earlier assistant messages keep only the text after ``</think>``.
+    """
+    return "".join(render_parts(messages, add_generation_prompt=add_generation_prompt))
+
+
+def render_parts(messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> list[str]:
+    """``render_messages`` as one string per message (plus the generation prompt); each part starts with
+    ``<|im_start|>``, a special token, so tokenizing the parts one by one gives the ids of the whole text."""
+    last_query = len(messages) - 1
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message["role"] == "user" and not is_observation(message["content"]):
+            last_query = index
+            break
+    parts: list[str] = []
+    for index, message in enumerate(messages):
+        role, content = message["role"], message["content"]
+        if role == "assistant":
+            parts.append(_render_assistant(content, keep_reasoning=index > last_query, is_last=index == len(messages) - 1))
+        else:
+            parts.append(f"{IM_START}{role}\n{content}{IM_END}\n")
+    if add_generation_prompt:
+        parts.append(GENERATION_PROMPT)
+    return parts
+
+
+def _render_assistant(content: str, *, keep_reasoning: bool, is_last: bool) -> str:
+    reasoning = ""
+    if THINK_CLOSE in content:
+        head, _, _ = content.partition(THINK_CLOSE)
+        reasoning = head.rstrip("\n").split(THINK_OPEN)[-1].lstrip("\n")
+        content = content.split(THINK_CLOSE)[-1].lstrip("\n")
+    if keep_reasoning and (is_last or reasoning):
+        body = f"{THINK_OPEN}\n{reasoning.strip(chr(10))}\n{THINK_CLOSE}\n\n{content.lstrip(chr(10))}"
+    else:
+        body = content
+    return f"{IM_START}assistant\n{body}{IM_END}\n"
+
+
+def render_chat(messages: Sequence[Mapping[str, str]], *, open_reasoning: bool = False) -> str:
+    """Render plain ChatML for a helper call (the visit extractor), ending with an assistant generation prompt.
+
+    ``open_reasoning`` opens ``<think>\\n`` as the Thinking-2507 model expects; generic ChatML models get a bare
+    ``<|im_start|>assistant\\n``.
+    """
+    parts = render_chat_parts(messages, open_reasoning=open_reasoning)
+    return "".join(head + content + tail for head, content, tail in parts)
+
+
+def tokenize_message(tokenize: Callable[..., list[int]], head: str, content: str, tail: str) -> list[int]:
+    """Token ids of one ChatML message ``head + content + tail`` where only the markup may hold control tokens.
+
+    A content holding control-token text (a web page, a model turn quoting one) is tokenized apart with
+    ``parse_special=False``, so its ``<|im_end|>`` stays text and cannot close the message. Any other content is
+    tokenized whole with its markup, which gives the ids the model was trained on (tokenizing apart would split a
+    ``"\n\n"`` across the markup's end). ``tokenize`` is ``Engine.tokenize``.
+    """
+    if CONTROL_TOKEN_OPEN in content:
+        return tokenize(head) + tokenize(content, parse_special=False) + tokenize(tail)
+    return tokenize(head + content + tail)
+
+
+def render_chat_parts(
+    messages: Sequence[Mapping[str, str]], *, open_reasoning: bool = False
+) -> list[tuple[str, str, str]]:
+    """``render_chat`` as ``(head, content, tail)`` triples, the contents apart from the ChatML markup around
+    them, so that a caller can tokenize untrusted contents without parsing control tokens in them. The last
+    triple is the generation prompt, with an empty content."""
+    parts = [(f"{IM_START}{m['role']}\n", m["content"], f"{IM_END}\n") for m in messages]
+    return [*parts, (GENERATION_PROMPT if open_reasoning else f"{IM_START}assistant\n", "", "")]
