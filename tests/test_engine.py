@@ -328,3 +328,27 @@ def test_presence_penalty_covers_every_token_of_the_turn(tiny_engine):
         if len(raw) == 600:
             break
     assert len(set(raw)) < len(raw), "with a 64-token window tokens come back"
+
+
+def test_logprobs_are_the_models_log_softmax_of_each_generated_token(smollm2_engine, smollm2_gguf):
+    """Checked against llama.cpp's own logits of the same tokens, evaluated in one pass (logits_all)."""
+    import llama_cpp
+    import numpy as np
+
+    prompt = smollm2_engine.tokenize(CHAT)
+    completion = smollm2_engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=12, logprobs=True))
+    assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids) > 0
+    reference = llama_cpp.Llama(str(smollm2_gguf), n_ctx=512, logits_all=True, verbose=False)
+    try:
+        reference.eval(prompt + completion.token_ids)
+        logits = np.array(reference.scores[len(prompt) - 1 : len(prompt) - 1 + len(completion.token_ids)], np.float64)
+    finally:
+        reference.close()
+    log_softmax = logits - logits.max(axis=1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(axis=1, keepdims=True))
+    expected = [log_softmax[i, token] for i, token in enumerate(completion.token_ids)]
+    # one decode per token vs one batched pass: Q4_1 matmuls and the F16 KV cache round them apart by hundredths
+    difference = float(np.max(np.abs(np.subtract(completion.logprobs, expected))))
+    assert difference < 0.05, list(zip(completion.logprobs, expected))
+    assert completion.logprobs[0] == pytest.approx(expected[0], abs=1e-6), "the same prompt pass: identical"
+    assert smollm2_engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=4)).logprobs is None

@@ -13,24 +13,23 @@ import pytest
 
 
 def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
-    code = ("import sys, venus_edge, venus_edge.cli, venus_edge.tools; "
+    code = ("import sys, venus_edge, venus_edge.cli, venus_edge.tools, venus_edge.eval; "
             "print(sorted(m for m in ('torch', 'transformers', 'gguf') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 # Modules used as namespaces of their own (``from venus_edge import protocol``), not re-exported by the package.
-NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.protocol", "venus_edge.testing", "venus_edge.quantize.cli"}
+NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.testing", "venus_edge.eval.cli", "venus_edge.quantize.cli"}
 # Names exported across packages: the tool interface at the top level.
 CROSS_EXPORTS = {"venus_edge": {"Tool", "ToolError", "ToolResult"}}
-PACKAGES = ["venus_edge", "venus_edge.tools", "venus_edge.quantize"]
+PACKAGES = ["venus_edge", "venus_edge.eval", "venus_edge.protocol", "venus_edge.tools", "venus_edge.quantize"]
 
 
 def _modules(package_name: str) -> list[ModuleType]:
     package = importlib.import_module(package_name)
-    names = [f"{package_name}.{info.name}" for info in pkgutil.iter_modules(package.__path__)]
-    return [importlib.import_module(name) for name in names
-            if name not in NAMESPACE_MODULES and name not in PACKAGES and not name.endswith(".train")]
+    names = [f"{package_name}.{info.name}" for info in pkgutil.iter_modules(package.__path__) if not info.ispkg]
+    return [importlib.import_module(name) for name in names if name not in NAMESPACE_MODULES]
 
 
 @pytest.mark.parametrize("package_name", PACKAGES)

@@ -132,7 +132,9 @@ class Result:
         turns: model turns in the history.
         messages: the conversation, exactly as the model saw it.
         elapsed_s: wall-clock seconds.
-        totals: summed token and time figures (prompt tokens evaluated / reused, tokens decoded, seconds).
+        totals: summed token and time figures (prompt tokens evaluated / reused, tokens decoded, seconds), tool
+            calls made, and ``final_turn_mean_logprob`` when the engine returned log-probabilities
+            (``SamplingParams.logprobs``).
         trajectory_path: the JSONL journal, when one was written.
         session_id: the journal's session id.
     """
@@ -227,7 +229,8 @@ class _Session:
         self.samples = 0
         self.start = time.monotonic()
         self.totals = {"prompt_tokens_evaluated": 0, "prompt_tokens_reused": 0, "tokens_decoded": 0,
-                       "prefill_s": 0.0, "decode_s": 0.0, "tool_s": 0.0, "retries": 0, "format_errors": 0}
+                       "prefill_s": 0.0, "decode_s": 0.0, "tool_s": 0.0, "retries": 0, "format_errors": 0,
+                       "tool_calls": 0}
         self.journal = TrajectoryWriter(agent.trajectory_path, self.session_id) if agent.trajectory_path else None
         self.pending_notice: str | None = None
         self.budget = min(self.config.max_prompt_tokens, self.engine.n_ctx - self.config.answer_reserve_tokens)
@@ -357,6 +360,7 @@ class _Session:
 
     def _call_tool(self, step: int, call: PreparedCall) -> Generator[Event, None, ToolResult]:
         self.call_keys.add(call.key)
+        self.totals["tool_calls"] += 1
         yield ToolCalled(step, call.name, call.arguments, list(call.dropped), list(call.changes))
         started = time.monotonic()
         try:
@@ -379,6 +383,8 @@ class _Session:
     def _record_turn(self, step: int, attempt: _Attempt, observation: str | None, result: ToolResult) -> Iterator[Event]:
         parsed, completion, call = attempt.parsed, attempt.completion, attempt.call
         assert parsed is not None and completion is not None
+        if parsed.kind == "answer" and completion.logprobs:  # the confidence that test-time aggregation weighs
+            self.totals["final_turn_mean_logprob"] = sum(completion.logprobs) / len(completion.logprobs)
         errors = [e.to_dict() for e in parsed.errors]
         stats = completion.stats.to_dict()
         if self.journal:

@@ -2,6 +2,7 @@
 
     venus-edge research "QUESTION" [--corpus DIR] [--web] [--model PATH|REPO] [--max-turns N] [--out FILE] [--strict]
                         [--record DIR | --replay DIR] [--allow-network CIDR]
+    venus-edge eval DATA [--k N] [--judge self|GGUF|URL] [--aggregate majority|confidence|judge] [--out DIR] ...
     venus-edge quantize SOURCE --types Q4_K_M,Q8_0 --out DIR [--base-type f16]
     venus-edge inspect FILE.gguf [--json]
 
@@ -11,11 +12,12 @@ Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence, TextIO
 
 from venus_edge.errors import VenusEdgeError
 from venus_edge.events import (
@@ -34,7 +36,7 @@ from venus_edge.events import (
 from venus_edge.models import DEFAULT_MODEL, DEFAULT_QUANT
 
 if TYPE_CHECKING:
-    from venus_edge.agent import Result
+    from venus_edge.agent import AgentConfig, Result
     from venus_edge.engine import LlamaCppEngine
 
 EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -45,33 +47,45 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     research = commands.add_parser("research", help="research a question with a local model and tools")
     research.add_argument("question", help="the question to research")
-    research.add_argument("--model", default=DEFAULT_MODEL,
-                          help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, {DEFAULT_QUANT})")
-    research.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
-                          help="a folder of HTML/Markdown/text/PDF documents to search and visit (repeatable)")
-    research.add_argument("--web", action="store_true",
-                          help="also search the web (ddgs engines with back-off and fallback; needs the web extra)")
-    research.add_argument("--record", type=Path, default=None, metavar="DIR",
-                          help="record every tool call's result under DIR, to replay the session later")
-    research.add_argument("--replay", type=Path, default=None, metavar="DIR",
-                          help="answer tool calls only from the records in DIR: no corpus, web or network needed")
-    research.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
-                          help="let visit fetch this private network, e.g. 10.20.0.0/16 (repeatable)")
-    research.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
-    research.add_argument("--max-tokens", type=int, default=15_000, metavar="N", help="new tokens per turn (default 15000)")
-    research.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
-    research.add_argument("--n-ctx", type=int, default=None, metavar="N", help="context window in tokens")
-    research.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
-    research.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-    research.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    research.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
-    research.add_argument("--min-tool-calls", type=int, default=0, metavar="N",
-                          help="with --strict, tool calls required before an answer is allowed (default 0)")
+    add_session_arguments(research)
     research.add_argument("--out", type=Path, default=None, metavar="FILE", help="append the trajectory to this JSONL file")
     research.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    research.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_eval_command(commands)
     _add_quantize_commands(commands)
     return parser
+
+
+def add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that set up a research session (model, tools, limits, sampling): ``research`` and ``eval``."""
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, {DEFAULT_QUANT})")
+    parser.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
+                        help="a folder of HTML/Markdown/text/PDF documents to search and visit (repeatable)")
+    parser.add_argument("--web", action="store_true",
+                        help="also search the web (ddgs engines with back-off and fallback; needs the web extra)")
+    parser.add_argument("--record", type=Path, default=None, metavar="DIR",
+                        help="record every tool call's result under DIR, to replay the session later")
+    parser.add_argument("--replay", type=Path, default=None, metavar="DIR",
+                        help="answer tool calls only from the records in DIR: no corpus, web or network needed")
+    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                        help="let visit fetch this private network, e.g. 10.20.0.0/16 (repeatable)")
+    parser.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
+    parser.add_argument("--max-tokens", type=int, default=15_000, metavar="N", help="new tokens per turn (default 15000)")
+    parser.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
+    parser.add_argument("--n-ctx", type=int, default=None, metavar="N", help="context window in tokens")
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
+    parser.add_argument("--min-tool-calls", type=int, default=0, metavar="N",
+                        help="with --strict, tool calls required before an answer is allowed (default 0)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _add_eval_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from venus_edge.eval.cli import add_command
+
+    add_command(commands)
 
 
 def _add_quantize_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -83,6 +97,10 @@ def _add_quantize_commands(commands: "argparse._SubParsersAction[argparse.Argume
     add_commands(commands)
 
 
+class SetupError(Exception):
+    """A session could not be set up from the command line (a corpus, a tool flag); the CLI exits with code 3."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
     parser = build_parser()
@@ -91,11 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "research":
             return _research(args, parser)
-        if args.command in ("quantize", "inspect"):
-            from venus_edge.quantize.cli import run
+        if args.command == "eval":
+            from venus_edge.eval.cli import run
 
-            return run(args)
-    except VenusEdgeError as exc:
+            return run(args, parser)
+        if args.command in ("quantize", "inspect"):
+            from venus_edge.quantize.cli import run as run_quantize
+
+            return run_quantize(args)
+    except (VenusEdgeError, SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
@@ -105,19 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_USAGE
 
 
-def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    # Imported here so that `venus-edge --help` stays fast.
-    from venus_edge.agent import Agent, AgentConfig
-    from venus_edge.engine import LlamaCppEngine, SamplingParams
-    from venus_edge.models import resolve_model
-    from venus_edge.toolbox import default_tools
-    from venus_edge.tools.errors import ToolError
-
+def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse bad session flags before anything loads (a typo must not cost a model load or download)."""
     if not (args.corpus or args.web or args.replay):
         parser.error("give at least one --corpus DIR, --web, or --replay DIR")
     if args.record and args.replay:
         parser.error("--record and --replay exclude each other")
-    # Checked before the model loads (or downloads): a typo must not cost minutes.
     for folder in args.corpus:
         if not folder.is_dir():
             parser.error(f"--corpus {folder}: not a directory")
@@ -125,23 +140,57 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
     if args.max_turns < 1:
         parser.error("--max-turns must be at least 1")
+
+
+@contextlib.contextmanager
+def open_session(
+    args: argparse.Namespace, *, logprobs: bool = False
+) -> Iterator[tuple["LlamaCppEngine", list, "AgentConfig"]]:
+    """The engine, tools and agent config the session flags describe; tools are built (corpora indexed, flags
+    checked) before the model loads, and everything is closed on exit.
+
+    Raises:
+        SetupError: a tool cannot be built (a corpus without documents, a missing extra).
+    """
+    # Imported here so that `venus-edge --help` stays fast.
+    from venus_edge.agent import AgentConfig
+    from venus_edge.engine import LlamaCppEngine, SamplingParams
+    from venus_edge.models import resolve_model
+    from venus_edge.toolbox import default_tools
+    from venus_edge.tools.errors import ToolError
+
     completer = _EngineWhenLoaded()
-    try:  # tools first (corpora indexed, flags checked): their errors come before a model load or download
+    try:
         tools = default_tools(
             args.corpus, web=args.web, completer=completer, allowed_networks=args.allow_network,
             record_dir=args.record, replay_dir=args.replay,
         )
     except (ToolError, ValueError, ImportError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    model_path = resolve_model(args.model)
-    engine = completer.engine = LlamaCppEngine(model_path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed)
+        raise SetupError(str(exc)) from exc
+    engine = None
     try:
+        engine = completer.engine = LlamaCppEngine(resolve_model(args.model), n_ctx=args.n_ctx,
+                                                   n_threads=args.threads, seed=args.seed)
         config = AgentConfig(
             max_turns=args.max_turns, time_limit_s=args.time_limit, strict=args.strict, seed=args.seed,
             min_tool_calls=args.min_tool_calls,
-            sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens),
+            sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, logprobs=logprobs),
         )
+        yield engine, tools, config
+    finally:
+        for tool in tools:  # visit's HTTP client: also ends any read still running
+            close = getattr(tool, "close", None)
+            if callable(close):
+                close()
+        if engine is not None:
+            engine.close()
+
+
+def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from venus_edge.agent import Agent
+
+    check_session_arguments(args, parser)
+    with open_session(args) as (engine, tools, config):
         agent = Agent(engine, tools, config=config, trajectory_path=args.out)
         progress = _Progress(sys.stderr, quiet=args.quiet)
         stream = agent.events(args.question)
@@ -151,12 +200,6 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             except StopIteration as stop:
                 result = stop.value
                 break
-    finally:
-        for tool in tools:  # visit's HTTP client: also ends any read still running
-            close = getattr(tool, "close", None)
-            if callable(close):
-                close()
-        engine.close()
     if args.json:
         payload = {k: v for k, v in vars(result).items() if k != "messages"}
         payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
