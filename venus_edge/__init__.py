@@ -15,24 +15,29 @@ from typing import Any as _Any
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
 _MODULE_EXPORTS = {
     "agent": ("Agent", "AgentConfig", "Result"),
-    "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams"),
-    "errors": ("ContextOverflowError", "EngineStateError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError",
-               "VenusEdgeError"),
+    "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
+    "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream"),
+    "errors": ("ContextOverflowError", "EngineConnectionError", "EngineStateError", "ModelLoadError",
+               "ModelNotFoundError", "TrajectoryError", "VenusEdgeError"),
     "events": ("ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted", "TextDelta",
                "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried", "TurnStarted"),
     "grammar": ("GrammarLimits",),
     "models": ("resolve_model",),
+    "openai_engine": ("OpenAIEngine",),
     "toolbox": ("MergedSearchBackend", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
+    "vocab": ("Vocabulary",),
     "tools": ("Tool", "ToolError", "ToolResult"),
 }
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 
 if _TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig, Result
-    from venus_edge.engine import Completion, Engine, GenerationStats, LlamaCppEngine, SamplingParams
+    from venus_edge.batched import BatchedLlamaCppEngine, SequenceEngine
+    from venus_edge.engine import Completion, Engine, GenerationStats, LlamaCppEngine, SamplingParams, StopStream
     from venus_edge.errors import (
         ContextOverflowError,
+        EngineConnectionError,
         EngineStateError,
         ModelLoadError,
         ModelNotFoundError,
@@ -55,6 +60,7 @@ if _TYPE_CHECKING:
     )
     from venus_edge.grammar import GrammarLimits
     from venus_edge.models import resolve_model
+    from venus_edge.openai_engine import OpenAIEngine
     from venus_edge.toolbox import MergedSearchBackend, default_tools
     from venus_edge.tools import Tool, ToolError, ToolResult
     from venus_edge.trajectory import (
@@ -65,6 +71,7 @@ if _TYPE_CHECKING:
         read_journal,
         read_trajectories,
     )
+    from venus_edge.vocab import Vocabulary
 
 
 def __getattr__(name: str) -> _Any:

@@ -38,7 +38,7 @@ from typing import Any, Generator, Iterable, Iterator
 
 from venus_edge import protocol
 from venus_edge.engine import Completion, Engine, SamplingParams
-from venus_edge.errors import ContextOverflowError
+from venus_edge.errors import ContextOverflowError, EngineConnectionError
 from venus_edge.grammar import GrammarLimits, turn_grammar
 from venus_edge.events import (
     ErrorRaised,
@@ -239,6 +239,15 @@ class _Session:
 
     # ------------------------------------------------------------------------------------------- main loop
     def run(self) -> Generator[Event, None, Result]:
+        """The session; a model server that fails (``EngineConnectionError``, after its retries) ends it with
+        ``llm_error`` and an ``ErrorRaised`` event, its journal whole."""
+        try:
+            return (yield from self._loop())
+        except EngineConnectionError as exc:
+            yield ErrorRaised(self.turns, "engine", f"{type(exc).__name__}: {exc}")
+            return (yield from self._end(LLM_ERROR, None))
+
+    def _loop(self) -> Generator[Event, None, Result]:
         prompt_tokens = len(self._prompt_ids())
         model = self.engine.model_info()
         if self.journal:
@@ -295,7 +304,7 @@ class _Session:
         try:
             attempt = yield from self._generate_turn(step)
         except ContextOverflowError as exc:
-            yield ErrorRaised(step, "engine", str(exc))
+            yield ErrorRaised(step, "engine", f"{type(exc).__name__}: {exc}")
             return (yield from self._end(failed, None))
         if attempt.parsed is None:
             return (yield from self._end(failed, None))

@@ -12,12 +12,11 @@ Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
 from venus_edge.errors import VenusEdgeError
 from venus_edge.events import (
@@ -33,11 +32,10 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.models import DEFAULT_MODEL, DEFAULT_QUANT
+from venus_edge.session import SetupError, add_session_arguments, check_session_arguments, open_session, rollouts
 
 if TYPE_CHECKING:
-    from venus_edge.agent import AgentConfig, Result
-    from venus_edge.engine import LlamaCppEngine
+    from venus_edge.agent import Result
 
 EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
@@ -48,38 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     research = commands.add_parser("research", help="research a question with a local model and tools")
     research.add_argument("question", help="the question to research")
     add_session_arguments(research)
+    research.add_argument("--samples", type=int, default=1, metavar="N",
+                          help="research N times at once (one batch) and aggregate the answers (default 1)")
+    research.add_argument("--aggregate", choices=("majority", "confidence", "judge"), default="majority",
+                          help="how --samples answers become one (default majority; judge uses the model itself)")
     research.add_argument("--out", type=Path, default=None, metavar="FILE", help="append the trajectory to this JSONL file")
     research.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     _add_eval_command(commands)
     _add_quantize_commands(commands)
     return parser
-
-
-def add_session_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that set up a research session (model, tools, limits, sampling): ``research`` and ``eval``."""
-    parser.add_argument("--model", default=DEFAULT_MODEL,
-                        help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, {DEFAULT_QUANT})")
-    parser.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
-                        help="a folder of HTML/Markdown/text/PDF documents to search and visit (repeatable)")
-    parser.add_argument("--web", action="store_true",
-                        help="also search the web (ddgs engines with back-off and fallback; needs the web extra)")
-    parser.add_argument("--record", type=Path, default=None, metavar="DIR",
-                        help="record every tool call's result under DIR, to replay the session later")
-    parser.add_argument("--replay", type=Path, default=None, metavar="DIR",
-                        help="answer tool calls only from the records in DIR: no corpus, web or network needed")
-    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
-                        help="let visit fetch this private network, e.g. 10.20.0.0/16 (repeatable)")
-    parser.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
-    parser.add_argument("--max-tokens", type=int, default=15_000, metavar="N", help="new tokens per turn (default 15000)")
-    parser.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
-    parser.add_argument("--n-ctx", type=int, default=None, metavar="N", help="context window in tokens")
-    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
-    parser.add_argument("--min-tool-calls", type=int, default=0, metavar="N",
-                        help="with --strict, tool calls required before an answer is allowed (default 0)")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _add_eval_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -95,10 +70,6 @@ def _add_quantize_commands(commands: "argparse._SubParsersAction[argparse.Argume
     except ImportError:  # the quantize subpackage is not installed
         return
     add_commands(commands)
-
-
-class SetupError(Exception):
-    """A session could not be set up from the command line (a corpus, a tool flag); the CLI exits with code 3."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -127,71 +98,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_USAGE
 
 
-def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Refuse bad session flags before anything loads (a typo must not cost a model load or download)."""
-    if not (args.corpus or args.web or args.replay):
-        parser.error("give at least one --corpus DIR, --web, or --replay DIR")
-    if args.record and args.replay:
-        parser.error("--record and --replay exclude each other")
-    for folder in args.corpus:
-        if not folder.is_dir():
-            parser.error(f"--corpus {folder}: not a directory")
-    if args.replay and not args.replay.is_dir():
-        parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
-    if args.max_turns < 1:
-        parser.error("--max-turns must be at least 1")
-
-
-@contextlib.contextmanager
-def open_session(
-    args: argparse.Namespace, *, logprobs: bool = False
-) -> Iterator[tuple["LlamaCppEngine", list, "AgentConfig"]]:
-    """The engine, tools and agent config the session flags describe; tools are built (corpora indexed, flags
-    checked) before the model loads, and everything is closed on exit.
-
-    Raises:
-        SetupError: a tool cannot be built (a corpus without documents, a missing extra).
-    """
-    # Imported here so that `venus-edge --help` stays fast.
-    from venus_edge.agent import AgentConfig
-    from venus_edge.engine import LlamaCppEngine, SamplingParams
-    from venus_edge.models import resolve_model
-    from venus_edge.toolbox import default_tools
-    from venus_edge.tools.errors import ToolError
-
-    completer = _EngineWhenLoaded()
-    try:
-        tools = default_tools(
-            args.corpus, web=args.web, completer=completer, allowed_networks=args.allow_network,
-            record_dir=args.record, replay_dir=args.replay,
-        )
-    except (ToolError, ValueError, ImportError, OSError) as exc:
-        raise SetupError(str(exc)) from exc
-    engine = None
-    try:
-        engine = completer.engine = LlamaCppEngine(resolve_model(args.model), n_ctx=args.n_ctx,
-                                                   n_threads=args.threads, seed=args.seed)
-        config = AgentConfig(
-            max_turns=args.max_turns, time_limit_s=args.time_limit, strict=args.strict, seed=args.seed,
-            min_tool_calls=args.min_tool_calls,
-            sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, logprobs=logprobs),
-        )
-        yield engine, tools, config
-    finally:
-        for tool in tools:  # visit's HTTP client: also ends any read still running
-            close = getattr(tool, "close", None)
-            if callable(close):
-                close()
-        if engine is not None:
-            engine.close()
-
-
 def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.agent import Agent
 
     check_session_arguments(args, parser)
-    with open_session(args) as (engine, tools, config):
-        agent = Agent(engine, tools, config=config, trajectory_path=args.out)
+    if args.samples < 1:
+        parser.error("--samples must be at least 1")
+    if args.samples > 1:
+        return _research_samples(args)
+    with open_session(args) as session:
+        agent = Agent(session.engine, session.tools, config=session.config, trajectory_path=args.out)
         progress = _Progress(sys.stderr, quiet=args.quiet)
         stream = agent.events(args.question)
         while True:
@@ -201,26 +117,45 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 result = stop.value
                 break
     if args.json:
-        payload = {k: v for k, v in vars(result).items() if k != "messages"}
-        payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
-        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        print(json.dumps(_result_payload(result), ensure_ascii=False, indent=2))
     else:
         _print_result(result, sys.stdout)
     return EXIT_ANSWERED if result.answer is not None else EXIT_NO_ANSWER
 
 
-class _EngineWhenLoaded:
-    """visit's completer, bound to the engine once it is loaded (the tools are built before, see ``_research``)."""
+def _research_samples(args: argparse.Namespace) -> int:
+    """``--samples N``: N rollouts at once (one llama.cpp batch, or concurrent server requests), one answer."""
+    from venus_edge.eval.aggregate import aggregate_answers
 
-    engine: "LlamaCppEngine | None" = None
+    with open_session(args, logprobs=args.aggregate == "confidence", samples=args.samples) as session:
+        if not args.quiet:
+            print(f"{args.samples} rollouts of {session.engine.model_info().get('name')}", file=sys.stderr)
+        finished = dict(rollouts(session, args.question, range(args.samples), trajectory_path=args.out))
+        results = [finished[i] for i in range(args.samples)]
+        chosen = aggregate_answers(
+            [r.answer for r in results], method=args.aggregate, question=args.question,
+            mean_logprobs=[r.totals.get("final_turn_mean_logprob") for r in results], completer=session.engine,
+        )
+    if not args.quiet:
+        for i, result in enumerate(results):
+            print(f"  sample {i + 1}: {result.termination} after {result.turns} turns: {result.answer!r}",
+                  file=sys.stderr)
+    if args.json:
+        payload = {"answer": None if chosen is None else results[chosen].answer, "chosen_sample": chosen,
+                   "aggregate": args.aggregate, "samples": [_result_payload(r) for r in results]}
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    elif chosen is None:
+        print(f"No answer: none of the {args.samples} samples answered.")
+    else:
+        print(f"({args.aggregate} of {args.samples} samples; sample {chosen + 1})")
+        _print_result(results[chosen], sys.stdout)
+    return EXIT_ANSWERED if chosen is not None else EXIT_NO_ANSWER
 
-    def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
-        assert self.engine is not None, "the engine is bound before the session starts"
-        return self.engine.complete(messages, max_tokens=max_tokens)
 
-    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
-        assert self.engine is not None, "the engine is bound before the session starts"
-        return self.engine.tokenize(text, parse_special=parse_special)
+def _result_payload(result: "Result") -> dict[str, Any]:
+    payload = {k: v for k, v in vars(result).items() if k != "messages"}
+    payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
+    return payload
 
 
 class _Progress:

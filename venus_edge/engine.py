@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import ctypes
 import math
 import os
+import threading
 import time
-import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, TypeVar
 
 import llama_cpp
 import numpy as np
@@ -33,9 +33,11 @@ from llama_cpp import _internals
 
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
 from venus_edge.protocol import render_chat_parts, tokenize_message
+from venus_edge.vocab import Vocabulary
 
-__all__ = ["Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams"]
+__all__ = ["Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream"]
 
+T = TypeVar("T")
 GGUF_MAGIC = b"GGUF"
 DEFAULT_N_CTX = 32_768
 # visit reads a page reduced to DEFAULT_REDUCE_BUDGET_TOKENS plus its prompt and answer; 8K holds them.
@@ -171,18 +173,16 @@ class Engine(Protocol):
     def model_info(self) -> dict[str, Any]: ...
 
 
-#: GGUF ``tokenizer.ggml.pre`` values whose Hugging Face tokenizer NFC-normalizes its input and llama.cpp's does
-#: not (TEST_MODELS.md, "Facts that decide test design").
-NFC_PRE_TOKENIZERS = frozenset({"qwen2"})
+def off_main_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` on a short-lived thread of its own, for llama.cpp compute outside an engine.
 
-
-def tokenizer_normalize(text: str, metadata: Mapping[str, Any]) -> str:
-    """``text`` as the model's Hugging Face tokenizer sees it before splitting: NFC for the Qwen vocabularies
-    (``NFC_PRE_TOKENIZERS``), unchanged otherwise. ``metadata`` is the GGUF's (``Llama.metadata``). Apply it
-    before ``llama_tokenize`` so that llama.cpp's ids equal the ones the model was trained on."""
-    if metadata.get("tokenizer.ggml.pre") in NFC_PRE_TOKENIZERS:
-        return unicodedata.normalize("NFC", text)
-    return text
+    llama.cpp is built with OpenMP, and once the main thread has run OpenMP work (a ``llama_decode``), parallel
+    regions on every other thread (an engine's decode thread, a batched engine's scheduler) run about 3x slower
+    (measured here: 95 -> 35 tokens/s). Engines decode on their own threads; any other llama.cpp compute (quality
+    gates, references in tests and benchmarks) goes through this.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-compute") as pool:
+        return pool.submit(function, *args).result()
 
 
 def physical_cores() -> int:
@@ -289,10 +289,9 @@ class LlamaCppEngine:
             raise ModelLoadError(self.model_path, str(exc)) from exc
         self.n_threads = threads
         self.seed = seed
-        self._vocab = self._llm._model.vocab
-        self._pieces: dict[int, bytes] = {}
-        self._single_tokens: dict[str, int | None] = {}
-        self._qwen_vocab = self._llm.metadata.get("tokenizer.ggml.pre") in NFC_PRE_TOKENIZERS
+        self.vocabulary = Vocabulary(self._llm._model, self._llm.metadata)
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-decode")
+        self._closing = threading.Event()
         self._helper: _HelperContext | None = None
         self.helper_n_ctx = helper_n_ctx
         self._closed = False
@@ -303,51 +302,21 @@ class LlamaCppEngine:
         return _n_ctx(self._llm)
 
     def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
-        """Token ids of ``text``; special tokens written in the text (``<|im_start|>``) become their ids.
-
-        With ``parse_special=False``, control tokens (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``) written
-        in the text are tokenized as plain text, so untrusted text (a web page) cannot end a message or open a
-        new one; the added tokens of the protocol (``<tool_response>``, ``<think>``) are still recognized.
-
-        For Qwen vocabularies the text is NFC-normalized first, as the Hugging Face tokenizer does and
-        llama.cpp does not (TEST_MODELS.md), so the ids equal the ones the model was trained on.
-        """
+        """Token ids of ``text`` (``Vocabulary.tokenize``: the Hugging Face tokenizer's ids)."""
         self._check_open()
-        text = tokenizer_normalize(text, self._llm.metadata)
-        # "replace": a lone surrogate (no UTF-8 form) must not crash a session; the parser and the tools remove them
-        return self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=parse_special)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        """The bytes of one token, whatever its length (special tokens rendered as their text)."""
-        piece = self._pieces.get(token_id)
-        if piece is None:
-            size = 64
-            while True:
-                buffer = ctypes.create_string_buffer(size)
-                n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, size, 0, True)
-                if n >= 0:
-                    piece = buffer.raw[:n]
-                    break
-                size = -n
-            self._pieces[token_id] = piece
-        return piece
+        return self.vocabulary.tokenize(text, parse_special=parse_special)
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
-        """Text of ``token_ids``; invalid UTF-8 (a token stream cut inside a character) becomes U+FFFD."""
-        return b"".join(self.token_bytes(t) for t in token_ids).decode("utf-8", errors="replace")
+        """Text of ``token_ids``, exact for tokens of any length; a cut character becomes U+FFFD."""
+        return self.vocabulary.detokenize(token_ids)
 
-    def is_end_of_generation(self, token_id: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes of one token, whatever its length."""
+        return self.vocabulary.token_bytes(token_id)
 
     def single_token_id(self, text: str) -> int | None:
-        """The id of the added token whose text is ``text`` (``<tool_response>`` in the Qwen3 vocabulary), or None
-        when the vocabulary spells ``text`` with ordinary tokens."""
-        if text not in self._single_tokens:
-            ids = self.tokenize(text, parse_special=True)
-            added = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
-            is_added = len(ids) == 1 and llama_cpp.llama_vocab_get_attr(self._vocab, ids[0]) & added
-            self._single_tokens[text] = ids[0] if is_added else None
-        return self._single_tokens[text]
+        """The id of the added token spelled ``text`` (``<tool_response>`` in Qwen3's vocabulary), or None."""
+        return self.vocabulary.single_token_id(text)
 
     # ------------------------------------------------------------------------------------------ generate
     def generate(
@@ -379,7 +348,8 @@ class LlamaCppEngine:
         """
         self._check_open()
         self._llm.set_seed(self.seed if seed is None else seed)
-        return _run_generation(self, self._llm, prompt_ids, sampling, stop, stop_text_if, grammar, on_text)
+        return self._on_decode_thread(_run_generation, self.vocabulary, self._llm, prompt_ids, sampling, stop,
+                                      stop_text_if, grammar, on_text, self._closing)
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
         """Complete a short chat on a second context that shares the weights (``TextCompleter`` protocol).
@@ -390,7 +360,7 @@ class LlamaCppEngine:
         self._check_open()
         if self._helper is None:
             self._helper = _HelperContext(self._llm, self.helper_n_ctx)
-        thinking = self._qwen_vocab  # a Qwen3 thinking model opens its reasoning block
+        thinking = self.vocabulary.qwen  # a Qwen3 thinking model opens its reasoning block
         # The contents are page text: control tokens written in them stay text.
         ids = [
             token
@@ -400,8 +370,9 @@ class LlamaCppEngine:
         room = _n_ctx(self._helper.llm) - max_tokens
         if len(ids) > room:
             raise ContextOverflowError(len(ids), _n_ctx(self._helper.llm), "shorten the extraction input")
-        completion = _run_generation(self, self._helper.llm, ids, SamplingParams(
-            temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens), (), None, None, None)
+        completion = self._on_decode_thread(_run_generation, self.vocabulary, self._helper.llm, ids, SamplingParams(
+            temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens), (), None, None, None,
+            self._closing)
         text = completion.text
         return text.split("</think>")[-1].strip() if thinking or "</think>" in text else text.strip()
 
@@ -421,13 +392,19 @@ class LlamaCppEngine:
         }
 
     def close(self) -> None:
-        """Free the contexts and the model. Further calls raise ``EngineStateError``."""
+        """Stop any decode in flight, free the contexts and the model. Further calls raise ``EngineStateError``."""
         if self._closed:
             return
+        self._closing.set()  # a decode left running (the caller was interrupted) stops at its next token
+        self._decoder.shutdown(wait=True)
         if self._helper is not None:
             self._helper.close()
         self._llm.close()
         self._closed = True
+
+    def _on_decode_thread(self, function: Callable[..., T], *args: Any) -> T:
+        """Run ``function`` on the engine's decode thread, never the main one (see ``off_main_thread``)."""
+        return self._decoder.submit(function, *args).result()
 
     def __enter__(self) -> "LlamaCppEngine":
         return self
@@ -501,7 +478,7 @@ def _reused_prefix(llm: llama_cpp.Llama, prompt_ids: Sequence[int]) -> int:
 
 
 def _run_generation(
-    engine: LlamaCppEngine,
+    vocabulary: Vocabulary,
     llm: llama_cpp.Llama,
     prompt_ids: Sequence[int],
     sampling: SamplingParams,
@@ -509,8 +486,10 @@ def _run_generation(
     stop_text_if: StopTextRule | None,
     grammar: str | None,
     on_text: TokenCallback | None,
+    cancel: threading.Event | None = None,
 ) -> Completion:
-    """The one decode loop, for the main context and the helper context alike.
+    """The one decode loop, for the main context and the helper context alike; ``cancel`` stops it at the next
+    token (the engine is closing).
 
     The presence penalty covers every token generated in the call, as vLLM applies it (PROTOCOL.md, "Decoding
     and limits"): llama.cpp's penalty window (``last_n_tokens_size``, 64 by default) is set to ``max_tokens``.
@@ -524,8 +503,8 @@ def _run_generation(
     max_tokens = min(sampling.max_tokens, room)
     compiled = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    stop_ids = {token: text for text in stop if (token := engine.single_token_id(text)) is not None}
-    stream = _StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
+    stop_ids = {token: text for text in stop if (token := vocabulary.single_token_id(text)) is not None}
+    stream = StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
     llm.last_n_tokens_size = max_tokens
     token_ids: list[int] = []
     logprobs: list[float] | None = [] if sampling.logprobs else None
@@ -540,7 +519,7 @@ def _run_generation(
         decoded += 1
         if decoded == 1:
             first = time.perf_counter()
-        if engine.is_end_of_generation(token):
+        if vocabulary.is_end_of_generation(token):
             finish = "eog"
             break
         if token in stop_ids:
@@ -549,10 +528,10 @@ def _run_generation(
         token_ids.append(token)
         if logprobs is not None:
             logprobs.append(_token_logprob(llm, token))
-        if stream.feed(decoder.decode(engine.token_bytes(token))):
+        if stream.feed(decoder.decode(vocabulary.token_bytes(token))):
             finish = "stop"
             break
-        if len(token_ids) >= max_tokens:
+        if len(token_ids) >= max_tokens or (cancel is not None and cancel.is_set()):
             break
     tokens.close()
     if finish != "stop" or stream.stop_hit in stop_ids.values():
@@ -578,8 +557,9 @@ def _token_logprob(llm: llama_cpp.Llama, token: int) -> float:
 
 
 @dataclass
-class _StopStream:
-    """Accumulates decoded text, finds text stop strings, and streams only text that cannot start one.
+class StopStream:
+    """Accumulates decoded text, finds text stop strings, and streams only text that cannot start one; every
+    engine's decode loop feeds its pieces through one (``Engine``'s stop semantics).
 
     An occurrence that ``accept`` rejects (given the text before it) is text; it is judged once.
     """

@@ -9,6 +9,7 @@ is what the user or the machine got wrong, and each error carries the values nee
     ├── ModelLoadError          a file exists but llama.cpp cannot load it (corrupt, truncated, not GGUF)
     ├── ContextOverflowError    a prompt does not fit in n_ctx
     ├── EngineStateError        an engine used after close()
+    ├── EngineConnectionError   a model server that cannot be reached or fails (after retries)
     └── TrajectoryError         a trajectory journal that cannot be read or resumed
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 __all__ = [
     "ContextOverflowError",
+    "EngineConnectionError",
     "EngineStateError",
     "ModelLoadError",
     "ModelNotFoundError",
@@ -74,6 +76,19 @@ class ContextOverflowError(VenusEdgeError):
 
 class EngineStateError(VenusEdgeError):
     """Raised when an engine is used in a state that does not allow the call (after close())."""
+
+
+class EngineConnectionError(VenusEdgeError):
+    """Raised when a model server (``OpenAIEngine``) cannot be reached, answers with errors after the retries,
+    or breaks off a generation.
+
+    Attributes:
+        url: the server address.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        super().__init__(f"model server {url}: {reason}")
 
 
 class TrajectoryError(VenusEdgeError):

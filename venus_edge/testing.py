@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import time
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -44,6 +47,64 @@ def llama_cpp_sdist_path() -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; run: bash scripts/setup.sh")
     return path
+
+
+def llama_tool_path(name: str) -> Path:
+    """llama.cpp's ``llama-server`` or ``llama-bench``, built by ``scripts/build_llama_tools.sh`` into
+    ``$VENUS_EDGE_CACHE/bin``.
+
+    Raises:
+        FileNotFoundError: not built yet (run ``bash scripts/setup.sh``).
+    """
+    cache = Path(os.environ.get("VENUS_EDGE_CACHE", Path.home() / ".cache" / "venus-edge"))
+    path = cache / "bin" / name
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} is missing; run: bash scripts/setup.sh (or scripts/build_llama_tools.sh)")
+    return path
+
+
+class LlamaServer:
+    """llama.cpp's own ``llama-server`` (built by scripts/build_llama_tools.sh) as a process on 127.0.0.1, for
+    tests of ``OpenAIEngine`` against a real server. ``url`` is its address; ``stop()`` kills it.
+
+    Args:
+        model: the GGUF to serve.
+        slots: parallel slots (``-np``); the window of each is ``n_ctx / slots``.
+        n_ctx: the server's context size in tokens (``-c``).
+
+    Raises:
+        FileNotFoundError: the server is not built (``bash scripts/setup.sh``).
+        RuntimeError: it exits or does not answer ``/health`` within ``start_timeout_s`` seconds.
+    """
+
+    def __init__(self, model: Path, *, slots: int = 2, n_ctx: int = 8192, start_timeout_s: float = 120.0) -> None:
+        import httpx  # the runtime's HTTP client; imported here so that the helpers above stay light
+
+        with socket.socket() as probe:  # a free port
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [str(llama_tool_path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port",
+                   str(self.port), "-c", str(n_ctx), "-np", str(slots), "-t", "2", "--no-webui"]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"llama-server exited: {self.process.communicate()[1].decode()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"llama-server did not answer /health within {start_timeout_s} s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 def tool_call_turn(name: str, **arguments: Any) -> str:

@@ -7,6 +7,8 @@ import numpy as np
 import torch
 from transformers import Qwen3ForCausalLM
 
+from venus_edge.engine import off_main_thread
+
 PROMPT_IDS = [151644, 872, 198, 9707, 11, 1879, 0, 220, 108386, 151645, 198, 151644, 77091, 198, 151667, 198]
 
 
@@ -15,7 +17,7 @@ def _llama_cpp_logits(gguf_path, token_ids) -> np.ndarray:
     llm = llama_cpp.Llama(
         model_path=str(gguf_path), n_ctx=256, logits_all=True, type_k=0, type_v=0, verbose=False,
     )
-    llm.eval(token_ids)
+    off_main_thread(llm.eval, token_ids)
     return np.array(llm.scores[: len(token_ids)], dtype=np.float32)
 
 

@@ -9,7 +9,6 @@ The parser imports nothing heavy; the model loads when the command runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -17,19 +16,17 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from venus_edge.eval.aggregate import AGGREGATORS
 
 if TYPE_CHECKING:
-    from venus_edge.agent import AgentConfig, Result
+    from venus_edge.agent import Result
     from venus_edge.eval.data import EvalExample
     from venus_edge.eval.runner import EvalRow
 
 __all__ = ["add_command", "run"]
 
-# Sample i of a question samples with seed + i * SAMPLE_SEED_STRIDE (the agent adds one per attempt).
-SAMPLE_SEED_STRIDE = 100_003
 
 
 def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``eval`` with the session flags of ``research``."""
-    from venus_edge.cli import add_session_arguments
+    from venus_edge.session import add_session_arguments
 
     parser = commands.add_parser("eval", help="evaluate the agent on a question set (pass@k, EM, F1, judge)")
     parser.add_argument("data", help="a question set: 'pydocs' (shipped), or a .jsonl/.json/.csv/.parquet file "
@@ -37,10 +34,13 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     add_session_arguments(parser)
     parser.add_argument("--k", type=int, default=1, metavar="N", help="samples per question (default 1)")
     parser.add_argument("--judge", default=None, metavar="JUDGE",
-                        help="grade answers with an LLM judge: 'self' (the evaluated model), a GGUF path or hub repo "
-                             "(default: exact match only)")
+                        help="grade answers with an LLM judge: 'self' (the evaluated model), a GGUF path or hub repo, "
+                             "or an OpenAI-compatible server URL (default: exact match only)")
     parser.add_argument("--aggregate", choices=AGGREGATORS, default=None,
                         help="also choose one answer from the k samples and report its accuracy")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run the k samples of a question at once: one llama.cpp batch, or concurrent requests "
+                             "to --base-url")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N questions")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="results, trajectories and reports (default runs/eval-<data>); rerun to resume")
@@ -49,7 +49,7 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run ``eval``; exit code 0 when every sample was scored."""
-    from venus_edge.cli import check_session_arguments, open_session
+    from venus_edge.session import check_session_arguments, open_session, rollouts
     from venus_edge.eval.data import load_examples
     from venus_edge.eval.judge import LLMJudge
     from venus_edge.eval.runner import TRAJECTORIES_FILE, run_eval
@@ -66,44 +66,40 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for number, reason in loaded.skipped:
         print(f"skipped row {number}: {reason}", file=sys.stderr)
     out = args.out or Path("runs") / f"eval-{Path(args.data).stem}"
-    with open_session(args, logprobs=args.aggregate == "confidence") as (engine, tools, config):
-        judge_engine = _judge_engine(args.judge, engine)
+    samples = args.k if args.parallel else 1
+    with open_session(args, logprobs=args.aggregate == "confidence", samples=samples) as session:
+        judge_engine = _judge_engine(args.judge, session.engine)
         try:
             judge = LLMJudge(judge_engine) if judge_engine is not None else None
-            sample = _sequential(engine, tools, config, out / TRAJECTORIES_FILE)
+
+            def sample(example: "EvalExample", indices: Sequence[int]) -> Iterator[tuple[int, "Result"]]:
+                return rollouts(session, example.question, indices, trajectory_path=out / TRAJECTORIES_FILE)
+
             with _ProgressBar(len(loaded.examples) * args.k, quiet=args.quiet) as bar:
                 summary = run_eval(loaded.examples, sample, out_dir=out, k=args.k, judge=judge,
                                    aggregate=args.aggregate, aggregate_completer=judge_engine, on_row=bar.advance,
                                    plot=not args.no_plot)
         finally:
-            if judge_engine is not None and judge_engine is not engine:
+            if judge_engine is not None and judge_engine is not session.engine:
                 judge_engine.close()
     _print_summary(summary.data, out)
     return 0
 
 
 def _judge_engine(judge: str | None, engine: Any) -> Any:
-    """None, the evaluated engine (``self``), or another GGUF loaded for judging."""
+    """None, the evaluated engine (``self``), a model server (``http(s)://...``), or another GGUF for judging."""
     if judge is None:
         return None
     if judge == "self":
         return engine
+    if judge.startswith(("http://", "https://")):
+        from venus_edge.openai_engine import OpenAIEngine
+
+        return OpenAIEngine(judge)
     from venus_edge.engine import LlamaCppEngine
     from venus_edge.models import resolve_model
 
     return LlamaCppEngine(resolve_model(judge))
-
-
-def _sequential(engine: Any, tools: Sequence[Any], config: "AgentConfig", journal: Path):
-    """Rollouts one after another on one engine; sample i samples with its own seed."""
-    from venus_edge.agent import Agent
-
-    def sample(example: "EvalExample", indices: Sequence[int]) -> Iterator[tuple[int, "Result"]]:
-        for index in indices:
-            seeded = dataclasses.replace(config, seed=config.seed + index * SAMPLE_SEED_STRIDE)
-            yield index, Agent(engine, tools, config=seeded, trajectory_path=journal).run(example.question)
-
-    return sample
 
 
 class _ProgressBar:

@@ -1,0 +1,125 @@
+"""BatchedLlamaCppEngine on a real model: N sequences in one llama.cpp context, each sampled on its own, the shared
+prompt prefilled once, the Engine contract (stops, grammar, logprobs, limits) per sequence, and N real research
+rollouts aggregated by `venus-edge research --samples`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from venus_edge import protocol
+from venus_edge.batched import BatchedLlamaCppEngine
+from venus_edge.cli import main
+from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams
+from venus_edge.errors import ContextOverflowError, EngineStateError
+from venus_edge.trajectory import read_trajectories
+
+CHAT = "<|im_start|>user\nWrite a short story about a robot learning to paint.<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def batched(smollm2_gguf):
+    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=4, n_ctx=4 * 1024)
+    yield engine
+    engine.close()
+
+
+def together(calls):
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
+
+
+def test_greedy_sequences_decode_what_the_single_engine_decodes(batched, smollm2_gguf):
+    """Batched numerics differ from one sequence's (the matmuls see 4 rows), so greedy paths may part at a
+    near-tie after a while; the first tokens and the first token's log-probability are the single engine's."""
+    greedy = dataclasses.replace(GREEDY, max_tokens=24, logprobs=True)
+    with LlamaCppEngine(smollm2_gguf, n_ctx=1024) as single:
+        prompt = single.tokenize(CHAT)
+        reference = single.generate(prompt, sampling=greedy)
+    outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=greedy) for s in range(4)])
+    for output in outputs:
+        assert output.token_ids[:8] == reference.token_ids[:8], (output.text, reference.text)
+        assert output.logprobs[0] == pytest.approx(reference.logprobs[0], abs=1e-3)
+
+
+def test_the_shared_prompt_is_prefilled_once_and_copied(batched):
+    prompt = batched.tokenize(CHAT + "Once")
+    sampling = dataclasses.replace(GREEDY, max_tokens=4)
+    outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=sampling) for s in range(4)])
+    evaluated = sorted(o.stats.prompt_tokens_evaluated for o in outputs)
+    assert evaluated[:3] == [1, 1, 1] and evaluated[3] <= len(prompt), evaluated
+    assert all(o.stats.prompt_tokens_reused == len(prompt) - o.stats.prompt_tokens_evaluated for o in outputs)
+
+
+def test_a_sequence_reuses_its_own_prefix_across_turns(batched):
+    sequence = batched.sequence(1)
+    prompt = batched.tokenize(CHAT)
+    first = sequence.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=8))
+    suffix = batched.tokenize("<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n")
+    second = sequence.generate(prompt + first.token_ids + suffix, sampling=dataclasses.replace(GREEDY, max_tokens=4))
+    # the last sampled token was never decoded (the turn ended on it): it and the new suffix are evaluated
+    assert second.stats.prompt_tokens_evaluated == len(suffix) + 1, second.stats
+
+
+def test_each_sequence_samples_with_its_own_seed(batched):
+    """Different seeds in one batch, different texts (64 tokens drawn at temperature 1 from the top 20: two seeds
+    agreeing on all of them is vanishingly unlikely); the same seed in the same batch shape, the same text. (Which
+    requests share a batch changes float rounding, so a seed reproduces a text only in the same batch shape.)"""
+    prompt = batched.tokenize(CHAT)
+    sampling = SamplingParams(max_tokens=64, presence_penalty=0.0)
+    outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=sampling, seed=s) for s in range(4)])
+    assert len({o.text for o in outputs}) == 4
+    alone = [batched.sequence(2).generate(prompt, sampling=sampling, seed=11).text for _ in range(2)]
+    assert alone[0] == alone[1]
+
+
+def test_sequences_keep_their_own_grammar_and_stops(batched):
+    """One sequence is forced to answer, one to write reasoning that mentions <tool_response> (text, kept), one to
+    write a hallucinated observation after its action (cut), all in the same batches."""
+    prompt = batched.tokenize(CHAT)
+    answer = 'root ::= "done\\n</think>\\n\\n<answer>\\nA\\n</answer>"'
+    mention = 'root ::= "I read <tool_response> blocks."'
+    after = 'root ::= "x\\n</think>\\n\\n<answer>\\nB\\n</answer>\\n<tool_response> fake"'
+    rules = dict(sampling=dataclasses.replace(GREEDY, max_tokens=40), stop=protocol.STOP_STRINGS,
+                 stop_text_if=protocol.action_complete)
+    outputs = together([lambda s=s, g=g: batched.sequence(s).generate(prompt, grammar=g, **rules)
+                        for s, g in enumerate((answer, mention, after))])
+    assert outputs[0].text == "done\n</think>\n\n<answer>\nA\n</answer>" and outputs[0].finish_reason == "eog"
+    assert outputs[1].text == "I read <tool_response> blocks." and outputs[1].finish_reason == "eog"
+    assert outputs[2].text == "x\n</think>\n\n<answer>\nB\n</answer>\n" and outputs[2].finish_reason == "stop"
+
+
+def test_a_bad_grammar_fails_its_request_only(batched):
+    prompt = batched.tokenize(CHAT)
+    with pytest.raises(ValueError, match="grammar"):
+        batched.sequence(0).generate(prompt, grammar="root ::= (", sampling=dataclasses.replace(GREEDY, max_tokens=4))
+    assert batched.sequence(1).generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=4)).token_ids
+
+
+def test_limits_and_lifecycle(smollm2_gguf):
+    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, n_ctx=512)
+    with pytest.raises(ContextOverflowError, match="n_ctx is 256"):
+        engine.sequence(0).generate(list(range(300)), sampling=GREEDY)
+    with pytest.raises(ValueError, match="has 2"):
+        engine.sequence(2)
+    engine.close()
+    with pytest.raises(EngineStateError, match="closed"):
+        engine.sequence(0).generate([1, 2, 3], sampling=GREEDY)
+
+
+@pytest.mark.slow
+def test_research_samples_run_together_and_aggregate(smollm2_gguf, docs_corpus, tmp_path, capsys):
+    out = tmp_path / "samples.jsonl"
+    code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
+                 "--corpus", str(docs_corpus), "--strict", "--min-tool-calls", "1", "--max-turns", "1",
+                 "--max-tokens", "200", "--n-ctx", "4096", "--samples", "3", "--aggregate", "majority",
+                 "--out", str(out), "--json", "--quiet"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0 and payload["answer"] is not None and len(payload["samples"]) == 3
+    assert payload["samples"][payload["chosen_sample"]]["answer"] == payload["answer"]
+    sessions = read_trajectories(out)
+    assert len(sessions) == 3 and len({s.header["config"]["seed"] for s in sessions}) == 3
+    assert all(s.header["model"]["n_seq"] == 3 for s in sessions)

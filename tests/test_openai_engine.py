@@ -1,0 +1,220 @@
+"""OpenAIEngine against a real llama.cpp server process on 127.0.0.1 (llama-server, built from the vendored
+source): the local engine's token ids and text, the same stop rules, prefix reuse across the agent's turns,
+concurrent requests, retries on 429/5xx, and a server that dies mid-session."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from venus_edge import protocol
+from venus_edge.agent import Agent, AgentConfig
+from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams
+from venus_edge.errors import EngineConnectionError
+from venus_edge.events import ErrorRaised
+from venus_edge.openai_engine import OpenAIEngine
+from venus_edge.toolbox import default_tools
+from venus_edge.tools.base import ToolResult
+from venus_edge.testing import LlamaServer
+from venus_edge.trajectory import read_journal
+
+CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+TEXTS = [CHAT, "café — 中文 🚀 <|im_end|> </tool_call>", "    deep    indentation\n\n\n", "<tool_response>\nx\n</tool_response>"]
+
+
+@pytest.fixture(scope="module")
+def engine(llama_server: LlamaServer) -> Iterator[OpenAIEngine]:
+    with OpenAIEngine(llama_server.url) as server_engine:
+        yield server_engine
+
+
+@pytest.fixture(scope="module")
+def local(smollm2_gguf) -> Iterator[LlamaCppEngine]:
+    with LlamaCppEngine(smollm2_gguf, n_ctx=2048) as local_engine:
+        yield local_engine
+
+
+def test_token_ids_and_text_are_the_local_engines(engine, local):
+    assert engine.n_ctx == 8192 // 2, "llama-server splits -c over its slots"
+    for text in TEXTS:
+        for parse_special in (True, False):
+            ids = engine.tokenize(text, parse_special=parse_special)
+            assert ids == local.tokenize(text, parse_special=parse_special), (text, parse_special)
+            assert engine.detokenize(ids) == local.detokenize(ids) == text
+
+
+def test_generation_streams_text_token_ids_and_logprobs(engine, local):
+    prompt = engine.tokenize(CHAT)
+    pieces: list[str] = []
+    completion = engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=24, logprobs=True),
+                                 on_text=pieces.append)
+    assert "".join(pieces) == completion.text and completion.text
+    assert local.detokenize(completion.token_ids) == completion.text
+    assert len(completion.logprobs) == len(completion.token_ids) and all(lp <= 0 for lp in completion.logprobs)
+    assert completion.finish_reason in ("eog", "length")
+    short = engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=3))
+    assert short.finish_reason == "length" and len(short.token_ids) == 3 and short.logprobs is None
+
+
+def test_the_stop_rules_are_the_engines_not_the_servers(engine):
+    """The server is sent no stop strings (it would match them as text); the engine applies the protocol's rule:
+    a mention in the reasoning is text, a hallucinated observation after the action is cut."""
+    prompt = engine.tokenize(CHAT)
+    rules = dict(sampling=dataclasses.replace(GREEDY, max_tokens=40), stop=protocol.STOP_STRINGS,
+                 stop_text_if=protocol.action_complete)
+    mention = engine.generate(prompt, grammar='root ::= "I read <tool_response> blocks."', **rules)
+    assert mention.text == "I read <tool_response> blocks." and mention.finish_reason == "eog"
+    after = engine.generate(prompt, grammar='root ::= "x\\n</think>\\n\\n<answer>\\nB\\n</answer>\\n<tool_response> z"',
+                            **rules)
+    assert after.text == "x\n</think>\n\n<answer>\nB\n</answer>\n" and after.finish_reason == "stop"
+
+
+def test_concurrent_requests_use_the_servers_slots(engine):
+    prompt = engine.tokenize(CHAT)
+    sampling = SamplingParams(max_tokens=16)
+    with ThreadPoolExecutor(2) as pool:
+        outputs = list(pool.map(lambda seed: engine.generate(prompt, sampling=sampling, seed=seed), (1, 2)))
+    assert all(o.token_ids for o in outputs)
+
+
+@pytest.mark.slow
+def test_an_agent_session_on_the_server_evaluates_each_prompt_token_once(engine, docs_corpus, tmp_path):
+    """The prefix the server keeps is reused turn after turn: a turn evaluates only what the last one added."""
+    config = AgentConfig(strict=True, min_tool_calls=2, max_turns=3, sampling=SamplingParams(max_tokens=200))
+    result = Agent(engine, default_tools([docs_corpus]), config=config, trajectory_path=tmp_path / "t.jsonl").run(
+        "When was the tomllib module added to Python?")
+    assert result.termination in ("answered", "answered_max_steps"), result.termination
+    turns = read_journal(tmp_path / "t.jsonl").trajectories[0].turns
+    assert len(turns) >= 3
+    for previous, turn in zip(turns, turns[1:]):
+        new = turn["stats"]["prompt_tokens"] - previous["stats"]["prompt_tokens"] - len(previous["token_ids"])
+        assert 0 < turn["stats"]["prompt_tokens_evaluated"] <= new + 1, (turn["turn"], turn["stats"], new)
+
+
+class FlakyProxy:
+    """A loopback HTTP proxy in front of the real server that answers the first ``failures`` requests with
+    ``status`` (and ``Retry-After: 0``), then forwards everything."""
+
+    def __init__(self, upstream: str, failures: int, status: int = 503) -> None:
+        state = {"left": failures}
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if state["left"] > 0:
+                    state["left"] -= 1
+                    self.send_response(status)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                reply = httpx.request(method, upstream + self.path, content=body,
+                                      headers={"content-type": "application/json"}, timeout=60)
+                self.send_response(reply.status_code)
+                self.send_header("Content-Type", reply.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(reply.content)))
+                self.end_headers()
+                self.wfile.write(reply.content)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._forward("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._forward("POST")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.state = state
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_429_and_5xx_are_retried_with_backoff(llama_server, status):
+    proxy = FlakyProxy(llama_server.url, failures=3, status=status)
+    try:
+        with OpenAIEngine(proxy.url, backoff_s=0.01) as engine:
+            assert engine.n_ctx == 4096 and proxy.state["left"] == 0
+            assert engine.tokenize("hello") == engine.tokenize("hello")
+    finally:
+        proxy.close()
+
+
+def test_a_server_that_keeps_failing_is_a_typed_error(llama_server):
+    proxy = FlakyProxy(llama_server.url, failures=100)
+    try:
+        with pytest.raises(EngineConnectionError, match="no answer after 3 attempt.*HTTP 503"):
+            OpenAIEngine(proxy.url, max_retries=3, backoff_s=0.01)
+    finally:
+        proxy.close()
+    with pytest.raises(EngineConnectionError, match="ConnectError"):
+        OpenAIEngine("http://127.0.0.1:9", max_retries=2, backoff_s=0.01)
+
+
+class KillServer:
+    """A search tool that kills the model server when it is called: the next turn has no server."""
+
+    name = "search"
+    schema = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+        "query": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}}
+
+    def __init__(self, server: LlamaServer) -> None:
+        self.server = server
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        self.server.stop()
+        return ToolResult("results")
+
+
+def test_a_server_that_dies_mid_session_ends_it_with_its_journal_whole(smollm2_gguf, tmp_path):
+    server = LlamaServer(smollm2_gguf, slots=1, n_ctx=4096)
+    try:
+        engine = OpenAIEngine(server.url, max_retries=2, backoff_s=0.01)
+        config = AgentConfig(strict=True, min_tool_calls=1, max_turns=3, sampling=SamplingParams(max_tokens=120))
+        agent = Agent(engine, [KillServer(server)], config=config, trajectory_path=tmp_path / "t.jsonl")
+        events = list(_events(agent.events("What is the capital of France?")))
+    finally:
+        server.stop()
+    errors = [e for e in events if isinstance(e, ErrorRaised)]
+    assert errors and errors[-1].where == "engine" and "EngineConnectionError" in errors[-1].message
+    journal = read_journal(tmp_path / "t.jsonl")
+    [session] = journal.trajectories
+    assert not journal.skipped and session.termination == "llm_error"
+    assert session.turns[0]["tool_call"]["name"] == "search", "the turn before the crash is kept"
+
+
+def _events(stream: Any) -> Iterator[Any]:
+    while True:
+        try:
+            yield next(stream)
+        except StopIteration:
+            return
+
+
+def test_research_and_eval_run_on_the_server_from_the_cli(llama_server, docs_corpus, tmp_path, capsys):
+    from venus_edge.cli import main
+    from venus_edge.eval.runner import RESULTS_FILE, read_rows
+
+    common = ["--engine", "openai", "--base-url", llama_server.url, "--corpus", str(docs_corpus), "--strict",
+              "--min-tool-calls", "1", "--max-turns", "1", "--max-tokens", "120", "--quiet"]
+    code = main(["research", "When was tomllib added?", *common, "--out", str(tmp_path / "r.jsonl")])
+    assert code in (0, 1), capsys.readouterr().err
+    [session] = read_journal(tmp_path / "r.jsonl").trajectories
+    assert session.header["model"]["server"] == llama_server.url
+    assert main(["eval", "pydocs", "--limit", "1", "--k", "2", "--parallel", *common, "--no-plot",
+                 "--out", str(tmp_path / "eval")]) == 0
+    assert sorted(r.sample for r in read_rows(tmp_path / "eval" / RESULTS_FILE)) == [0, 1]

@@ -1,0 +1,451 @@
+"""``BatchedLlamaCppEngine``: N sequences decoded together in one llama.cpp context, for test-time scaling (N
+rollouts of a question) and the server.
+
+One model, one context whose KV cache holds N sequences (``kv_unified``: the sequences share its cells). Each
+sequence is an ``Engine`` of its own (``sequence(i)``), which an agent drives from its own thread; a scheduler
+thread gathers what every sequence needs and runs it as one ``llama_decode``: one token for each sequence that is
+decoding, plus prompt chunks of sequences that are prefilling, up to ``n_batch`` tokens. One read of the weights
+then serves every sequence's token, so N sequences cost less than N sequential rollouts (how much less depends on
+the cores; TEST_MODELS.md measures 1.2-1.7x aggregate tokens/s at N = 2-8 on 2 cores).
+
+A prompt is compared with what the KV cache already holds for its own sequence and for the others: the longest
+shared prefix is kept (its own) or copied (another sequence's, ``llama_memory_seq_cp``, which with a unified cache
+only marks the cells as shared), so the system prompt and question of N rollouts are prefilled once. A request
+whose prefix another sequence is prefilling right now waits for it, then copies it.
+
+Each sequence samples with its own llama.cpp sampler chain (the presence penalty over its turn, grammar, top-k,
+top-p, temperature, its own seed), as ``LlamaCppEngine`` does, and follows ``Engine``'s stop rules. Visit's
+completions (``complete``) run on one extra sequence, one at a time.
+
+Usage::
+
+    engine = BatchedLlamaCppEngine("model.gguf", n_seq=4, n_ctx=16384)
+    agents = [Agent(engine.sequence(i), tools, config=replace(config, seed=i)) for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:              # one thread per agent; venus_edge.session.rollouts does this
+        results = list(pool.map(lambda agent: agent.run(question), agents))
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp import _internals
+from llama_cpp._logger import set_verbose
+
+from venus_edge.engine import (
+    Completion,
+    FinishReason,
+    GenerationStats,
+    SamplingParams,
+    StopStream,
+    StopTextRule,
+    TokenCallback,
+    check_gguf_file,
+    physical_cores,
+)
+from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
+from venus_edge.protocol import render_chat_parts, tokenize_message
+from venus_edge.vocab import Vocabulary
+
+__all__ = ["BatchedLlamaCppEngine", "SequenceEngine"]
+
+
+@dataclass
+class _Request:
+    """One ``generate`` call of one sequence, from admission to its completion."""
+
+    seq: int
+    prompt: list[int]
+    sampling: SamplingParams
+    stop_ids: dict[int, str]
+    stream: StopStream
+    grammar: str | None
+    seed: int
+    max_tokens: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Completion | None = None
+    error: BaseException | None = None
+    # scheduler state
+    sampler: Any = None
+    to_prefill: list[int] = field(default_factory=list)
+    evaluated: int = 0
+    pending_token: int | None = None  # sampled, not yet in the KV cache
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    decoded: int = 0
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
+    started: float = field(default_factory=time.perf_counter)
+    first: float = 0.0
+
+
+class BatchedLlamaCppEngine:
+    """N sequences of one llama.cpp model decoded in shared batches (see the module docstring).
+
+    Args:
+        model_path: a local GGUF file.
+        n_seq: sequences (rollouts) decoded together; one more is kept for ``complete``.
+        n_ctx: the KV cache's size in tokens, shared by all sequences; each sequence's window (``n_ctx`` of its
+            handle) is this divided by ``n_seq`` (prefixes shared between sequences take no extra room).
+        n_threads: CPU threads (default: the physical cores).
+        n_batch: tokens per ``llama_decode`` at most (decode tokens first, then prompt chunks).
+        kv_cache_f32: keep the KV cache in F32 (parity checks).
+
+    Raises:
+        ModelNotFoundError, ModelLoadError: as ``LlamaCppEngine``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        n_seq: int,
+        n_ctx: int = 8_192,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        kv_cache_f32: bool = False,
+    ) -> None:
+        if n_seq < 1:
+            raise ValueError(f"n_seq must be >= 1, got {n_seq}")
+        self.model_path = Path(model_path)
+        check_gguf_file(self.model_path)
+        self.n_seq = n_seq
+        self.n_threads = n_threads or physical_cores()
+        self.n_batch = min(n_batch, n_ctx)
+        set_verbose(False)  # llama.cpp logs through llama-cpp-python's logger, as LlamaCppEngine(verbose=False) sets it
+        try:
+            self._model = _internals.LlamaModel(path_model=str(self.model_path),
+                                                params=llama_cpp.llama_model_default_params(), verbose=False)
+        except ValueError as exc:
+            raise ModelLoadError(self.model_path, str(exc)) from exc
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, self.n_batch, self.n_batch
+        params.n_seq_max, params.kv_unified = n_seq + 1, True
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as LlamaCppEngine (llama-cpp-python)
+        params.n_threads = params.n_threads_batch = self.n_threads
+        if kv_cache_f32:
+            params.type_k = params.type_v = 0
+        self._ctx = _internals.LlamaContext(model=self._model, params=params, verbose=False)
+        self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq + 1)
+        self._n_vocab = self._model.n_vocab()
+        self.n_ctx_total = n_ctx
+        self.vocabulary = Vocabulary(self._model, self._model.metadata())
+        self._kv_tokens: list[list[int]] = [[] for _ in range(n_seq + 1)]  # what the cache holds, per sequence
+        self._incoming: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._helper_lock = threading.Lock()
+        self._closed = False
+        self._scheduler = threading.Thread(target=self._run, name="batched-llama", daemon=True)
+        self._scheduler.start()
+
+    #: Several agents may drive this engine's sequences at the same time.
+    concurrent_rollouts = True
+
+    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
+        return self.vocabulary.tokenize(text, parse_special=parse_special)
+
+    def sequence(self, index: int) -> SequenceEngine:
+        """The ``Engine`` of sequence ``index`` (0 <= index < n_seq); one agent at a time drives it."""
+        if not 0 <= index < self.n_seq:
+            raise ValueError(f"sequence {index} does not exist; this engine has {self.n_seq} (0..{self.n_seq - 1})")
+        return SequenceEngine(self, index)
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
+        """Complete a short chat greedily on the extra sequence (visit's evidence, a judge); one at a time."""
+        thinking = self.vocabulary.qwen
+        ids = [token for head, content, tail in render_chat_parts(messages, open_reasoning=thinking)
+               for token in tokenize_message(self.vocabulary.tokenize, head, content, tail)]
+        sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens)
+        with self._helper_lock:
+            text = self.submit(self.n_seq, ids, sampling, (), None, None, None, 0).text
+        return text.split("</think>")[-1].strip() if thinking or "</think>" in text else text.strip()
+
+    def model_info(self) -> dict[str, Any]:
+        meta = self._model.metadata()
+        return {"path": str(self.model_path), "name": meta.get("general.name", self.model_path.stem),
+                "architecture": meta.get("general.architecture"), "n_ctx": self.n_ctx_total // self.n_seq,
+                "n_seq": self.n_seq, "n_threads": self.n_threads}
+
+    def close(self) -> None:
+        """Stop the scheduler and free the context and the model. Further calls raise ``EngineStateError``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._incoming.put(None)  # type: ignore[arg-type]  # wakes the scheduler
+        self._scheduler.join()
+        llama_cpp.llama_batch_free(self._batch)
+        self._ctx.close()
+        self._model.close()
+
+    def __enter__(self) -> BatchedLlamaCppEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------ requests
+    def submit(
+        self,
+        seq: int,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        stop: Sequence[str],
+        stop_text_if: StopTextRule | None,
+        grammar: str | None,
+        on_text: TokenCallback | None,
+        seed: int,
+    ) -> Completion:
+        """Queue one generation for sequence ``seq`` and wait for it (the handles' ``generate``)."""
+        if self._closed:
+            raise EngineStateError(f"batched engine for {self.model_path} is closed")
+        prompt = list(prompt_ids)
+        window = self.n_ctx_total // self.n_seq
+        if not prompt or len(prompt) >= window:
+            raise ContextOverflowError(len(prompt), window, "raise n_ctx or use the force-answer policy")
+        stop_ids = {token: text for text in stop if (token := self.vocabulary.single_token_id(text)) is not None}
+        stream = StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
+        request = _Request(seq, prompt, sampling, stop_ids, stream, grammar, seed,
+                           max_tokens=min(sampling.max_tokens, window - len(prompt)))
+        self._incoming.put(request)
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    # ------------------------------------------------------------------------------------------ scheduler
+    def _run(self) -> None:
+        """The scheduler thread; a fault in it fails every request in flight instead of leaving them waiting."""
+        waiting: list[_Request] = []
+        active: list[_Request] = []
+        try:
+            self._schedule(waiting, active)
+        except Exception as exc:  # a bug or a llama.cpp fault: every caller gets it, nobody hangs
+            self._closed = True
+            self._fail_all([*waiting, *active], EngineStateError(f"the batched engine failed: {exc!r}"))
+            while True:  # answer whatever arrives later the same way
+                request = self._incoming.get()
+                if request is None:
+                    return
+                self._fail_all([request], EngineStateError(f"the batched engine failed: {exc!r}"))
+
+    def _schedule(self, waiting: list[_Request], active: list[_Request]) -> None:
+        """Admit requests, build one batch of decode tokens and prompt chunks, decode, sample; until closed."""
+        while True:
+            block = not (waiting or active)
+            try:
+                while True:
+                    request = self._incoming.get(block=block)
+                    block = False
+                    if request is None:
+                        self._fail_all([*waiting, *active], EngineStateError("the batched engine was closed"))
+                        return
+                    waiting.append(request)
+            except queue.Empty:
+                pass
+            for request in list(waiting):
+                try:
+                    admitted = self._admit(request, active)
+                except (ValueError, RuntimeError) as exc:  # a grammar llama.cpp refuses: this request fails
+                    waiting.remove(request)
+                    self._fail_all([request], exc)
+                    continue
+                if admitted:
+                    waiting.remove(request)
+                    active.append(request)
+            if active:
+                self._step(active)
+
+    def _admit(self, request: _Request, active: list[_Request]) -> bool:
+        """Keep or copy the longest cached prefix of the request's prompt; False to wait for a sequence that is
+        prefilling that prefix now."""
+        prompt, own = request.prompt, self._kv_tokens[request.seq]
+        keep = _shared(own, prompt)
+        source = max(range(len(self._kv_tokens)), key=lambda s: _shared(self._kv_tokens[s], prompt))
+        if any(_shared(other.prompt, prompt) > max(keep, _shared(self._kv_tokens[source], prompt))
+               for other in active if other.to_prefill):
+            return False  # another sequence is prefilling more of this prompt: copy it once it is in the cache
+        if _shared(self._kv_tokens[source], prompt) > keep and source != request.seq:
+            keep = _shared(self._kv_tokens[source], prompt)
+            llama_cpp.llama_memory_seq_rm(self._memory, request.seq, -1, -1)
+            llama_cpp.llama_memory_seq_cp(self._memory, source, request.seq, 0, keep)
+            self._kv_tokens[request.seq] = prompt[:keep]
+        keep = min(keep, len(prompt) - 1)  # the last prompt token is evaluated again for its logits
+        llama_cpp.llama_memory_seq_rm(self._memory, request.seq, keep, -1)
+        del self._kv_tokens[request.seq][keep:]
+        request.to_prefill = prompt[keep:]
+        request.evaluated = len(request.to_prefill)
+        request.sampler = _sampler(self._model, request)
+        return True
+
+    def _step(self, active: list[_Request]) -> None:
+        """One ``llama_decode`` over the active requests, then one sampled token for each that is due one."""
+        batch, rows = self._batch, []  # rows: (request, batch index) that get logits
+        batch.n_tokens = 0
+        for request in active:
+            if request.pending_token is not None:
+                rows.append((request, self._add(request, [request.pending_token], logits_on_last=True)))
+                request.pending_token = None
+        for request in active:
+            room = self.n_batch - batch.n_tokens
+            if request.to_prefill and room > 0:
+                chunk, request.to_prefill = request.to_prefill[:room], request.to_prefill[room:]
+                index = self._add(request, chunk, logits_on_last=not request.to_prefill)
+                if not request.to_prefill:
+                    rows.append((request, index))
+        status = llama_cpp.llama_decode(self._ctx.ctx, batch)
+        if status != 0:
+            error = ContextOverflowError(sum(len(t) for t in self._kv_tokens), self.n_ctx_total,
+                                         f"the shared KV cache is full (llama_decode returned {status}); raise n_ctx")
+            for request in list(active):
+                self._finish(active, request, error=error)
+            return
+        for request, index in rows:
+            self._sample(active, request, index)
+
+    def _add(self, request: _Request, tokens: list[int], *, logits_on_last: bool) -> int:
+        """Append ``tokens`` of ``request``'s sequence to the batch at their positions; the index of the last."""
+        batch, kv = self._batch, self._kv_tokens[request.seq]
+        for offset, token in enumerate(tokens):
+            i = batch.n_tokens
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, len(kv), 1
+            batch.seq_id[i][0] = request.seq
+            batch.logits[i] = logits_on_last and offset == len(tokens) - 1
+            batch.n_tokens += 1
+            kv.append(token)
+        return batch.n_tokens - 1
+
+    def _sample(self, active: list[_Request], request: _Request, index: int) -> None:
+        token = llama_cpp.llama_sampler_sample(request.sampler, self._ctx.ctx, index)
+        request.decoded += 1
+        if request.decoded == 1:
+            request.first = time.perf_counter()
+        vocabulary = self.vocabulary
+        if vocabulary.is_end_of_generation(token):
+            return self._finish(active, request, finish="eog")
+        if token in request.stop_ids:
+            request.stream.stop_hit = request.stop_ids[token]
+            return self._finish(active, request, finish="stop")
+        request.token_ids.append(token)
+        if request.sampling.logprobs:
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, index), shape=(self._n_vocab,))
+            top = float(logits.max())
+            request.logprobs.append(float(logits[token]) - top - math.log(float(np.exp(logits - top).sum())))
+        if request.stream.feed(request.decoder.decode(vocabulary.token_bytes(token))):
+            return self._finish(active, request, finish="stop")
+        if len(request.token_ids) >= request.max_tokens:
+            return self._finish(active, request, finish="length")
+        request.pending_token = token
+
+    def _finish(self, active: list[_Request], request: _Request, *, finish: FinishReason = "length",
+                error: BaseException | None = None) -> None:
+        active.remove(request)
+        if request.sampler is not None:
+            llama_cpp.llama_sampler_free(request.sampler)
+        if error is None:
+            stream = request.stream
+            if finish != "stop" or stream.stop_hit in request.stop_ids.values():
+                stream.feed(request.decoder.decode(b"", final=True))
+                stream.flush()
+            end = time.perf_counter()
+            first = request.first or end
+            stats = GenerationStats(len(request.prompt), request.evaluated, len(request.prompt) - request.evaluated,
+                                    request.decoded, first - request.started, end - first)
+            request.result = Completion(stream.text, request.token_ids, finish, stream.stop_hit, stats,
+                                        request.logprobs if request.sampling.logprobs else None)
+        request.error = error
+        request.done.set()
+
+    def _fail_all(self, requests: list[_Request], error: BaseException) -> None:
+        for request in requests:
+            request.error = error
+            request.done.set()
+
+
+class SequenceEngine:
+    """One sequence of a ``BatchedLlamaCppEngine``, as an ``Engine`` (what one agent drives).
+
+    ``n_ctx`` is the sequence's share of the cache; tokenization, text and ``complete`` are the shared engine's.
+    """
+
+    def __init__(self, batched: BatchedLlamaCppEngine, index: int) -> None:
+        self.batched = batched
+        self.index = index
+
+    @property
+    def n_ctx(self) -> int:
+        return self.batched.n_ctx_total // self.batched.n_seq
+
+    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
+        return self.batched.vocabulary.tokenize(text, parse_special=parse_special)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self.batched.vocabulary.detokenize(token_ids)
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        sampling: SamplingParams = SamplingParams(),
+        stop: Sequence[str] = (),
+        stop_text_if: StopTextRule | None = None,
+        grammar: str | None = None,
+        on_text: TokenCallback | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """Generate on this sequence, batched with the others (``Engine.generate``; ``on_text`` is called from
+        the scheduler thread)."""
+        return self.batched.submit(self.index, prompt_ids, sampling, stop, stop_text_if, grammar, on_text,
+                                   self.index if seed is None else seed)
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
+        return self.batched.complete(messages, max_tokens=max_tokens)
+
+    def model_info(self) -> dict[str, Any]:
+        return {**self.batched.model_info(), "sequence": self.index}
+
+
+def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the common prefix of ``a`` and ``b``."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _sampler(model: Any, request: _Request) -> Any:
+    """The request's llama.cpp sampler chain, as llama-cpp-python builds one for ``LlamaCppEngine``
+    (``Llama._init_sampler``): presence penalty over the turn, grammar, then greedy, or top-k, typical (1.0, off),
+    top-p, min-p (0.0, off), temperature and a draw seeded with the request's seed."""
+    sampling = request.sampling
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    add = llama_cpp.llama_sampler_chain_add
+    n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
+    add(chain, llama_cpp.llama_sampler_init_penalties(n_vocab, request.max_tokens, 1.0, 0.0, sampling.presence_penalty))
+    if request.grammar:
+        grammar = llama_cpp.llama_sampler_init_grammar(model.vocab, request.grammar.encode("utf-8"), b"root")
+        if not grammar:
+            llama_cpp.llama_sampler_free(chain)
+            raise ValueError("llama.cpp could not parse the grammar")
+        add(chain, grammar)
+    if sampling.temperature == 0:
+        add(chain, llama_cpp.llama_sampler_init_greedy())
+        return chain
+    add(chain, llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+    add(chain, llama_cpp.llama_sampler_init_typical(1.0, 1))
+    add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+    add(chain, llama_cpp.llama_sampler_init_min_p(0.0, 1))
+    add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
+    add(chain, llama_cpp.llama_sampler_init_dist(request.seed & 0xFFFFFFFF))
+    return chain

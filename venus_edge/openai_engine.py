@@ -1,0 +1,330 @@
+"""``OpenAIEngine``: the agent loop against a model server that speaks the OpenAI completions API (llama.cpp's
+``llama-server``, vLLM, SGLang), for users who outgrow one machine.
+
+Token in, token out: the prompt goes to ``POST /v1/completions`` as token ids, streamed back with
+``logprobs``, from which the generated token ids and their log-probabilities are read (llama-server writes them
+as ``logprobs.content[i].id``; vLLM, with ``return_tokens_as_token_ids``, as ``"token_id:N"`` strings). Text is
+tokenized and detokenized by the server (``POST /tokenize`` and ``/detokenize``, whose request and reply fields
+differ between llama-server and vLLM; both are sent and read), so the ids are the model's own. The window comes
+from ``GET /props`` (llama-server) or ``GET /v1/models`` (``max_model_len``, vLLM).
+
+The same semantics as ``LlamaCppEngine``:
+
+- stops are decided here, on the stream (``Engine``'s rule: a stop string the vocabulary holds as one token stops
+  on that token's id, others on the text where ``stop_text_if`` accepts it); the request is then closed, which
+  makes the server stop decoding. No ``stop`` is sent: servers match stop strings as text, which would cut
+  reasoning that mentions ``<tool_response>``;
+- the prefix the server keeps in its KV cache is reported as reused (``cache_prompt`` with llama-server, whose
+  ``timings.prompt_n`` counts the tokens it evaluated; ``usage.prompt_tokens_details.cached_tokens`` elsewhere);
+- the presence penalty covers the turn (``repeat_last_n`` = ``max_tokens``; vLLM penalizes every output token);
+- a grammar is sent as llama-server's ``grammar`` (GBNF); other servers ignore it.
+
+Failures: a request that gets no answer, HTTP 429 or a 5xx is retried with exponential back-off (``Retry-After``
+honoured) up to ``max_retries`` times; a stream that breaks off after it started is not retried (the server may
+have changed its cache). Either raises ``EngineConnectionError``.
+
+Usage::
+
+    engine = OpenAIEngine("http://127.0.0.1:8080")          # llama-server -m model.gguf --port 8080
+    agent = Agent(engine, default_tools(["docs/"], completer=engine))
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import unicodedata
+from typing import Any, Iterator, Mapping, Sequence
+
+import httpx
+
+from venus_edge.engine import (
+    Completion,
+    FinishReason,
+    GenerationStats,
+    SamplingParams,
+    StopStream,
+    StopTextRule,
+    TokenCallback,
+)
+from venus_edge.errors import ContextOverflowError, EngineConnectionError, EngineStateError
+from venus_edge.protocol import render_chat_parts, tokenize_message
+
+__all__ = ["OpenAIEngine"]
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The Qwen vocabulary's <|im_start|>: its tokenizer NFC-normalizes text, and llama.cpp's does not (TEST_MODELS.md).
+_QWEN_IM_START = 151644
+
+
+class OpenAIEngine:
+    """An ``Engine`` over an OpenAI-compatible completions server.
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8080`` (a trailing ``/v1`` is accepted).
+        model: the model name sent with each request (default: the server's first model).
+        api_key: sent as a bearer token.
+        n_ctx: the context window in tokens (default: what the server reports).
+        timeout_s: read timeout of a request, in seconds (a long prefill sends nothing for a while).
+        connect_timeout_s: seconds to open a connection.
+        max_retries: attempts of a request that fails with no answer, 429 or a 5xx.
+        backoff_s: the first wait between attempts, in seconds; it doubles up to ``max_backoff_s``.
+        client: an ``httpx.Client`` to use (tests, proxies); the engine makes its own otherwise.
+
+    Raises:
+        EngineConnectionError: the server cannot be reached or does not say its context window.
+    """
+
+    #: Requests may run at the same time (the server batches them when it has the slots).
+    concurrent_rollouts = True
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        n_ctx: int | None = None,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        max_retries: int = 5,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        client: httpx.Client | None = None,
+    ) -> None:
+        if max_retries < 1:
+            raise ValueError(f"max_retries must be >= 1, got {max_retries}")
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+                                              headers=headers, trust_env=False)
+        self._owns_client = client is None
+        self._closed = False
+        self.model, server_n_ctx = self._discover(model)
+        self._n_ctx = n_ctx or server_n_ctx
+        if not self._n_ctx:
+            raise EngineConnectionError(self.base_url, "the server reports no context window; pass n_ctx")
+        self._tokens: dict[tuple[str, bool], list[int]] = {}
+        self._nfc = self._tokenize_raw("<|im_start|>", True) == [_QWEN_IM_START]
+
+    # ------------------------------------------------------------------------------------------ tokens
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
+        """The server's token ids of ``text`` (NFC first for Qwen vocabularies, as ``LlamaCppEngine``)."""
+        if self._nfc:
+            text = unicodedata.normalize("NFC", text)
+        key = (text, parse_special)
+        if key not in self._tokens:
+            self._tokens[key] = self._tokenize_raw(text, parse_special)
+        return list(self._tokens[key])
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        reply = self._request("POST", "/detokenize", {"tokens": list(token_ids), "model": self.model})
+        return str(reply.get("content", reply.get("prompt", "")))
+
+    def single_token_id(self, text: str) -> int | None:
+        """The id of the one token that spells ``text`` in this vocabulary (``<tool_response>`` in Qwen's), or None."""
+        if not (text.startswith("<") and text.endswith(">")):  # only tags are added tokens
+            return None
+        ids = self.tokenize(text)
+        return ids[0] if len(ids) == 1 else None
+
+    def _tokenize_raw(self, text: str, parse_special: bool) -> list[int]:
+        body = {"content": text, "prompt": text, "add_special": False, "add_special_tokens": False,
+                "parse_special": parse_special, "model": self.model}
+        tokens = self._request("POST", "/tokenize", body).get("tokens", [])
+        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
+
+    # ------------------------------------------------------------------------------------------ generate
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        sampling: SamplingParams = SamplingParams(),
+        stop: Sequence[str] = (),
+        stop_text_if: StopTextRule | None = None,
+        grammar: str | None = None,
+        on_text: TokenCallback | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """Generate a continuation of ``prompt_ids`` on the server (see ``Engine`` and the module docstring).
+
+        Raises:
+            ContextOverflowError: the prompt leaves no room for a single new token.
+            EngineConnectionError: the server failed (after retries), or the stream broke off.
+        """
+        self._check_open()
+        prompt = list(prompt_ids)
+        room = self._n_ctx - len(prompt)
+        if room < 1 or not prompt:
+            raise ContextOverflowError(len(prompt), self._n_ctx, "raise n_ctx or use the force-answer policy")
+        max_tokens = min(sampling.max_tokens, room)
+        body: dict[str, Any] = {
+            "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k, "min_p": 0.0,
+            "presence_penalty": sampling.presence_penalty, "repeat_penalty": 1.0, "repeat_last_n": max_tokens,
+            "logprobs": 1, "return_tokens_as_token_ids": True, "cache_prompt": True,
+            "stream_options": {"include_usage": True},
+        }
+        if seed is not None:
+            body["seed"] = seed
+        if grammar:
+            body["grammar"] = grammar
+        stop_ids = {token: text for text in stop if (token := self.single_token_id(text)) is not None}
+        stream = StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        finish: FinishReason = "length"
+        report: dict[str, Any] = {}
+        start = first = time.perf_counter()
+        for chunk in self._stream("/v1/completions", body):
+            report.update({key: chunk[key] for key in ("timings", "usage") if chunk.get(key)})
+            choice = (chunk.get("choices") or [{}])[0]
+            pieces = _token_pieces(choice)
+            if pieces and not token_ids and first == start:
+                first = time.perf_counter()
+            if any(token in stop_ids for token, _ in pieces):
+                finish, stream.stop_hit = "stop", stop_ids[next(t for t, _ in pieces if t in stop_ids)]
+                break
+            token_ids += [token for token, _ in pieces]
+            logprobs += [logprob for _, logprob in pieces]
+            if stream.feed(str(choice.get("text") or "")):
+                finish = "stop"
+                break
+            if choice.get("finish_reason") == "stop":
+                finish = "eog"
+        if finish != "stop" or stream.stop_hit in stop_ids.values():
+            stream.flush()
+        end = time.perf_counter()
+        evaluated = _evaluated(report, len(prompt))
+        stats = GenerationStats(len(prompt), evaluated, len(prompt) - evaluated,
+                                len(token_ids) + (finish == "eog"), first - start, end - first)
+        return Completion(stream.text, token_ids, finish, stream.stop_hit, stats,
+                          logprobs if sampling.logprobs else None)
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
+        """Complete a short chat greedily (``TextCompleter``: visit's evidence, a judge); a reasoning block, if the
+        model writes one, is removed. Page text in the messages cannot inject control tokens."""
+        thinking = self._nfc
+        ids = [token for head, content, tail in render_chat_parts(messages, open_reasoning=thinking)
+               for token in tokenize_message(self.tokenize, head, content, tail)]
+        sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens)
+        text = self.generate(ids, sampling=sampling).text
+        return text.split("</think>")[-1].strip() if thinking or "</think>" in text else text.strip()
+
+    def model_info(self) -> dict[str, Any]:
+        return {"name": self.model, "server": self.base_url, "n_ctx": self._n_ctx}
+
+    def close(self) -> None:
+        """Close the HTTP client if the engine made it. Further calls raise ``EngineStateError``."""
+        if self._owns_client and not self._closed:
+            self._client.close()
+        self._closed = True
+
+    def __enter__(self) -> OpenAIEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------ HTTP
+    def _discover(self, model: str | None) -> tuple[str, int]:
+        """(model name, context window) from ``/props`` (llama-server) or ``/v1/models`` (vLLM, SGLang)."""
+        n_ctx = 0
+        try:
+            props = self._request("GET", "/props", None)
+            settings = props.get("default_generation_settings", {})
+            n_ctx = int(props.get("n_ctx") or settings.get("n_ctx") or 0)
+        except EngineConnectionError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+        models = self._request("GET", "/v1/models", None).get("data", [])
+        name = model or (str(models[0].get("id")) if models else "default")
+        listed = next((m for m in models if m.get("id") == name), {})
+        return name, n_ctx or int(listed.get("max_model_len") or listed.get("meta", {}).get("n_ctx_train") or 0)
+
+    def _request(self, method: str, path: str, body: Any) -> Any:
+        self._check_open()
+        response = self._with_retries(lambda: self._client.request(method, self.base_url + path, json=body))
+        try:
+            return response.json()
+        except ValueError:
+            raise EngineConnectionError(self.base_url, f"{method} {path} answered with non-JSON") from None
+
+    def _stream(self, path: str, body: Any) -> Iterator[dict[str, Any]]:
+        """The ``data:`` events of a streamed request; closing the iterator closes the request (the server stops)."""
+        request = self._client.build_request("POST", self.base_url + path, json=body)
+        response = self._with_retries(lambda: self._client.send(request, stream=True))
+        try:
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    return
+                event = json.loads(data)
+                if "error" in event:
+                    raise EngineConnectionError(self.base_url, f"the server reported: {event['error']}")
+                yield event
+        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+            raise EngineConnectionError(self.base_url, f"the stream broke off ({type(exc).__name__}: {exc})") from exc
+        finally:
+            response.close()
+
+    def _with_retries(self, send: Any) -> httpx.Response:
+        """``send()`` until it answers with a status that is not retried, backing off exponentially."""
+        wait = self.backoff_s
+        problem = ""
+        for attempt in range(self.max_retries):
+            if attempt:
+                time.sleep(wait)
+                wait = min(self.max_backoff_s, wait * 2)
+            try:
+                response = send()
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code in RETRY_STATUSES:
+                problem = f"HTTP {response.status_code}"
+                wait = max(wait, _retry_after_s(response))
+                response.close()
+                continue
+            if response.status_code >= 400:
+                response.read()
+                raise EngineConnectionError(self.base_url, f"HTTP {response.status_code}: {response.text[:300]}")
+            return response
+        raise EngineConnectionError(self.base_url, f"no answer after {self.max_retries} attempt(s) ({problem})")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineStateError(f"engine for {self.base_url} is closed; create a new OpenAIEngine")
+
+
+def _token_pieces(choice: Mapping[str, Any]) -> list[tuple[int, float]]:
+    """(token id, log-probability) of each token in a streamed choice, in llama-server's or vLLM's logprobs form."""
+    logprobs = choice.get("logprobs") or {}
+    if isinstance(logprobs.get("content"), list):  # llama-server: [{"id": 5, "bytes": [...], "logprob": -0.1}]
+        # The end-of-generation token comes with no bytes: it ends the completion and is not part of it.
+        return [(int(entry["id"]), float(entry.get("logprob", 0.0))) for entry in logprobs["content"]
+                if entry.get("bytes") != []]
+    tokens = logprobs.get("tokens") or []  # vLLM with return_tokens_as_token_ids: ["token_id:5"]
+    values = logprobs.get("token_logprobs") or [0.0] * len(tokens)
+    return [(int(str(token).rsplit(":", 1)[-1]), float(value or 0.0)) for token, value in zip(tokens, values)]
+
+
+def _evaluated(report: Mapping[str, Any], prompt_tokens: int) -> int:
+    """Prompt tokens the server evaluated (the rest came from its KV cache), from its timings or usage."""
+    timings = report.get("timings") or {}
+    if "prompt_n" in timings:
+        return int(timings["prompt_n"])
+    details = (report.get("usage") or {}).get("prompt_tokens_details") or {}
+    return prompt_tokens - int(details.get("cached_tokens") or 0)
+
+
+def _retry_after_s(response: httpx.Response) -> float:
+    value = response.headers.get("retry-after", "")
+    return float(value) if value.replace(".", "", 1).isdigit() else 0.0
