@@ -20,7 +20,7 @@ from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import SearchTool
 from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
 from venus_edge.tools.web_search import SearchAttempt
-from venus_edge.trajectory import TrajectoryWriter, read_trajectories
+from venus_edge.trajectory import read_trajectories
 
 TOMLLIB = "corpus://pydocs/library/tomllib.html"
 
@@ -66,9 +66,9 @@ def test_search_visit_answer_with_sources_and_journal(tools, tmp_path):
     assert all(b.startswith(a.removesuffix(protocol.GENERATION_PROMPT)) for a, b in zip(engine.prompts, engine.prompts[1:]))
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     assert trajectory.messages == result.messages and trajectory.termination == "answered"
-    assert [t["tool_call"]["name"] for t in trajectory.turns[:2]] == ["search", "visit"]
+    assert [t.tool_call["name"] for t in trajectory.turns[:2]] == ["search", "visit"]
     assert not any(isinstance(e, ToolAttempted) for e in events), "the corpus answers first time: no attempts"
-    assert [t["tool_attempts"] for t in trajectory.turns] == [[], [], []]
+    assert [t.tool_attempts for t in trajectory.turns] == [(), (), ()]
 
 
 def test_malformed_turn_is_retried_then_answered_with_the_format_notice(tools):
@@ -95,8 +95,8 @@ def test_arguments_outside_the_schema_are_dropped_and_the_call_runs(tools, tmp_p
     assert json.loads(observations(result)[0].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))[0][
         "query"] == "tomllib"
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
-    assert trajectory.turns[0]["dropped_arguments"] == ["page", "lang"]
-    assert trajectory.turns[0]["tool_call"] == {"name": "search", "arguments": {"query": ["tomllib"]}}
+    assert trajectory.turns[0].dropped_arguments == ("page", "lang")
+    assert trajectory.turns[0].tool_call == {"name": "search", "arguments": {"query": ["tomllib"]}}
 
 
 @pytest.mark.parametrize("query", ['["tomllib", "pickle"]', "['tomllib', 'pickle']", ' [ "tomllib" , "pickle" ] '])
@@ -127,9 +127,9 @@ def test_a_lenient_turn_enters_the_history_canonical_and_the_journal_keeps_what_
     assert result.messages[2] == {"role": "assistant", "content": canonical}
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     first = trajectory.turns[0]
-    assert first["content"] == canonical and first["generated"] == "<think>\n" + lenient
-    assert [e["code"] for e in first["format_errors"]] == ["lenient_json"]
-    assert trajectory.turns[1]["generated"] is None, "a well-formed turn is stored once"
+    assert first.content == canonical and first.generated == "<think>\n" + lenient
+    assert [e["code"] for e in first.format_errors] == ["lenient_json"]
+    assert trajectory.turns[1].generated is None, "a well-formed turn is stored once"
 
 
 def test_reasoning_that_mentions_tool_response_is_not_cut(tools):
@@ -292,7 +292,7 @@ def test_backend_attempts_are_events_before_the_result_and_in_the_journal(tmp_pa
 
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     recorded = [{k: v for k, v in e.to_dict().items() if k not in ("type", "turn", "name")} for e in attempted]
-    assert [t["tool_attempts"] for t in trajectory.turns] == [recorded, []]
+    assert [list(t.tool_attempts) for t in trajectory.turns] == [recorded, []]
 
     out = io.StringIO()
     progress = _Progress(out, quiet=False)
@@ -306,10 +306,17 @@ def test_backend_attempts_are_events_before_the_result_and_in_the_journal(tmp_pa
     ], out.getvalue()
 
 
-def test_journal_turns_without_tool_attempts_read_back_empty(tmp_path):
-    """A journal written before ``tool_attempts`` existed reads back with an empty list on every turn."""
-    writer = TrajectoryWriter(tmp_path / "old.jsonl", "s1")
-    writer.start(question="q", system_prompt="sys")
-    writer.turn(turn=0, content="c", observation="o", tool_failures=[])
-    [trajectory] = read_trajectories(tmp_path / "old.jsonl")
-    assert trajectory.turns[0]["tool_attempts"] == [] and trajectory.termination == "incomplete"
+def test_journal_turns_written_before_new_fields_read_back_with_empty_values(tmp_path):
+    """A turn record from before ``kind``, ``tool_attempts``, ``generated``, ``logprobs`` and the argument fields
+    existed reads back as a ``Turn`` with their empty values, its kind taken from its tool call."""
+    path = tmp_path / "old.jsonl"
+    path.write_text(
+        '{"record": "start", "schema_version": 1, "session_id": "s1", "question": "q", "system_prompt": "sys"}\n'
+        '{"record": "turn", "session_id": "s1", "turn": 0, "content": "c", "token_ids": [1, 2], "observation": "o",'
+        ' "tool_call": {"name": "search", "arguments": {"query": ["x"]}}, "tool_failures": []}\n', encoding="utf-8")
+    [trajectory] = read_trajectories(path)
+    [turn] = trajectory.turns
+    assert (turn.index, turn.kind, turn.token_ids, turn.observation) == (0, "tool_call", (1, 2), "o")
+    assert (turn.tool_attempts, turn.dropped_arguments, turn.generated, turn.logprobs) == ((), (), None, None)
+    assert trajectory.termination == "incomplete"
+    assert trajectory.messages[-1] == {"role": "user", "content": "o"}

@@ -93,8 +93,8 @@ def test_an_agent_session_on_the_server_evaluates_each_prompt_token_once(engine,
     turns = read_journal(tmp_path / "t.jsonl").trajectories[0].turns
     assert len(turns) >= 3
     for previous, turn in zip(turns, turns[1:]):
-        new = turn["stats"]["prompt_tokens"] - previous["stats"]["prompt_tokens"] - len(previous["token_ids"])
-        assert 0 < turn["stats"]["prompt_tokens_evaluated"] <= new + 1, (turn["turn"], turn["stats"], new)
+        new = turn.stats["prompt_tokens"] - previous.stats["prompt_tokens"] - len(previous.token_ids)
+        assert 0 < turn.stats["prompt_tokens_evaluated"] <= new + 1, (turn.index, turn.stats, new)
 
 
 class FlakyProxy:
@@ -194,7 +194,7 @@ def test_a_server_that_dies_mid_session_ends_it_with_its_journal_whole(smollm2_g
     journal = read_journal(tmp_path / "t.jsonl")
     [session] = journal.trajectories
     assert not journal.skipped and session.termination == "llm_error"
-    assert session.turns[0]["tool_call"]["name"] == "search", "the turn before the crash is kept"
+    assert session.turns[0].tool_call["name"] == "search", "the turn before the crash is kept"
 
 
 def _events(stream: Any) -> Iterator[Any]:

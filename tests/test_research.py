@@ -22,12 +22,12 @@ def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_co
     assert stdout.startswith("Answer:\n") and "\nSources" in stdout and f"Trajectory: {out}" in stdout
     assert "turn 1: context" in stderr and "tok/s" in stderr
     [trajectory] = read_trajectories(out)
-    calls = [turn["tool_call"] for turn in trajectory.turns if turn["tool_call"]]
+    calls = [turn.tool_call for turn in trajectory.turns if turn.tool_call]
     assert len(calls) >= 2 and {c["name"] for c in calls} <= {"search", "visit"}
     for turn in trajectory.turns:
-        if turn["tool_call"] and turn["tool_call"]["name"] == "search":
-            results = json.loads(turn["observation"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
-            assert results[0]["query"] == turn["tool_call"]["arguments"]["query"][0]
+        if turn.tool_call and turn.tool_call["name"] == "search":
+            results = json.loads(turn.observation.removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
+            assert results[0]["query"] == turn.tool_call["arguments"]["query"][0]
     assert trajectory.termination in ("answered", "answered_max_steps") and trajectory.answer
     assert trajectory.header["model"]["file_type"] == "Q4_1"
 
@@ -41,9 +41,9 @@ def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, do
     turns = read_trajectories(journal)[0].turns
     assert len(turns) >= 3
     for previous, turn in zip(turns, turns[1:]):
-        known = previous["stats"]["prompt_tokens"] + len(previous["token_ids"])
-        new = turn["stats"]["prompt_tokens"] - known
-        assert 0 < turn["stats"]["prompt_tokens_evaluated"] <= new + 1, (turn["turn"], turn["stats"], new)
+        known = previous.stats["prompt_tokens"] + len(previous.token_ids)
+        new = turn.stats["prompt_tokens"] - known
+        assert 0 < turn.stats["prompt_tokens_evaluated"] <= new + 1, (turn.index, turn.stats, new)
 
 
 def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, docs_corpus, tmp_path, capsys):
@@ -56,7 +56,7 @@ def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, doc
     assert main([*common, "--replay", str(records), "--out", str(tmp_path / "b.jsonl")]) == 0, capsys.readouterr().err
     [live] = read_trajectories(tmp_path / "a.jsonl")
     [replayed] = read_trajectories(tmp_path / "b.jsonl")
-    observations = [turn["observation"] for turn in live.turns if turn["tool_call"]]
+    observations = [turn.observation for turn in live.turns if turn.tool_call]
     assert len(observations) == 1 and observations[0].startswith("<tool_response>\n")
-    assert [turn["observation"] for turn in replayed.turns if turn["tool_call"]] == observations
+    assert [turn.observation for turn in replayed.turns if turn.tool_call] == observations
     assert replayed.messages == live.messages

@@ -13,6 +13,7 @@ from venus_edge.agent import Agent
 from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
 from venus_edge.tools.base import ToolResult
 from venus_edge.trajectory import TrajectoryWriter, read_journal, read_trajectories
+from venus_edge.turn import Turn
 
 # Every character str.splitlines() treats as a line boundary, besides \n.
 LINE_BREAKS = ["\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
@@ -44,7 +45,7 @@ def test_any_line_separator_in_a_tool_result_keeps_the_journal_readable(tmp_path
     assert journal.skipped == []
     [trajectory] = journal.trajectories
     assert trajectory.messages == result.messages and trajectory.termination == "answered"
-    assert text in trajectory.turns[0]["observation"]
+    assert text in trajectory.turns[0].observation
 
 
 def _tear_last_record(path: Path, keep_bytes: int) -> None:
@@ -89,7 +90,7 @@ def test_a_record_torn_inside_a_utf8_character_is_skipped(tmp_path):
 def test_a_session_whose_start_was_lost_is_reported_not_fatal(tmp_path, caplog):
     path = tmp_path / "runs.jsonl"
     lost = TrajectoryWriter(path, "lost")
-    lost.turn(turn=0, content="c")
+    lost.turn(Turn(0, "answer", "c"))
     kept = session(path, "page")
     with path.open("ab") as handle:
         handle.write(b"not json at all\n[1, 2]\n")
@@ -118,7 +119,7 @@ def test_half_an_emoji_in_a_call_neither_crashes_the_session_nor_the_journal(tmp
     result = Agent(engine, [PageTool("page")], trajectory_path=path).run("question")
     assert result.termination == "answered"
     [trajectory] = read_journal(path).trajectories
-    assert trajectory.turns[0]["tool_call"]["arguments"] == {"query": ["smile \ufffd"]}
+    assert trajectory.turns[0].tool_call["arguments"] == {"query": ["smile \ufffd"]}
 
 
 @pytest.mark.parametrize(
@@ -139,3 +140,22 @@ def test_hand_edited_or_foreign_records_are_skipped_with_a_reason(tmp_path, fore
     assert [t.session_id for t in journal.trajectories] == [kept.session_id]
     assert journal.trajectories[0].messages == kept.messages
     assert any(reason in s.reason for s in journal.skipped), journal.skipped
+
+
+def test_a_turn_round_trips_through_the_journal(tmp_path):
+    """What the agent records is what training reads: every field of a ``Turn`` survives the journal."""
+    turn = Turn(
+        index=3, kind="tool_call", content="<think>\nx\n</think>\n<tool_call>...</tool_call>", generated="raw",
+        token_ids=(5, 6, 7), logprobs=(-0.5, -1.25, 0.0), finish_reason="stop", attempts=2,
+        format_errors=({"code": "lenient_json", "message": "m", "fatal": False},),
+        tool_call={"name": "search", "arguments": {"query": ["a"]}}, dropped_arguments=("page",),
+        argument_changes=("query: a string became a list",), observation="<tool_response>\nr\n</tool_response>",
+        visited_urls=("corpus://a",), tool_failures=({"kind": "x"},), tool_attempts=({"backend": "b"},),
+        replaces_last_observation="notice", stats={"prompt_tokens": 10},
+    )
+    writer = TrajectoryWriter(tmp_path / "t.jsonl", "s")
+    writer.start(question="q", system_prompt="sys")
+    writer.turn(turn)
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    assert trajectory.turns == [turn]
+    assert not turn.well_formed and Turn(0, "answer", "a").well_formed

@@ -26,6 +26,7 @@ _MODULE_EXPORTS = {
     "openai_engine": ("OpenAIEngine",),
     "toolbox": ("MergedSearchBackend", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
+    "turn": ("Turn",),
     "vocab": ("Vocabulary",),
     "tools": ("Tool", "ToolError", "ToolResult"),
 }
@@ -71,6 +72,7 @@ if _TYPE_CHECKING:
         read_journal,
         read_trajectories,
     )
+    from venus_edge.turn import Turn
     from venus_edge.vocab import Vocabulary
 
 

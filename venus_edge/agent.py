@@ -57,6 +57,7 @@ from venus_edge.events import (
 from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.trajectory import TrajectoryWriter
+from venus_edge.turn import Turn
 
 __all__ = ["Agent", "AgentConfig", "Result"]
 
@@ -394,22 +395,24 @@ class _Session:
         assert parsed is not None and completion is not None
         if parsed.kind == "answer" and completion.logprobs:  # the confidence that test-time aggregation weighs
             self.totals["final_turn_mean_logprob"] = sum(completion.logprobs) / len(completion.logprobs)
-        errors = [e.to_dict() for e in parsed.errors]
-        stats = completion.stats.to_dict()
+        turn = Turn(
+            index=step, kind=parsed.kind, content=parsed.content,
+            generated=parsed.generated if parsed.generated != parsed.content else None,
+            token_ids=tuple(completion.token_ids),
+            logprobs=tuple(completion.logprobs) if completion.logprobs is not None else None,
+            finish_reason=completion.finish_reason, attempts=attempt.attempts,
+            format_errors=tuple(e.to_dict() for e in parsed.errors),
+            tool_call={"name": call.name, "arguments": call.arguments} if call else None,
+            dropped_arguments=tuple(call.dropped) if call else (),
+            argument_changes=tuple(call.changes) if call else (),
+            observation=observation, visited_urls=tuple(result.visited_urls),
+            tool_failures=tuple(f.to_dict() for f in result.failures),
+            tool_attempts=tuple(a.to_dict() for a in result.attempts),
+            replaces_last_observation=self.pending_notice, stats=completion.stats.to_dict(),
+        )
         if self.journal:
-            generated = parsed.generated if parsed.generated != parsed.content else None
-            self.journal.turn(
-                turn=step, content=parsed.content, generated=generated, token_ids=completion.token_ids,
-                finish_reason=completion.finish_reason, attempts=attempt.attempts, format_errors=errors,
-                tool_call={"name": call.name, "arguments": call.arguments} if call else None,
-                dropped_arguments=list(call.dropped) if call else [],
-                argument_changes=list(call.changes) if call else [],
-                observation=observation,
-                visited_urls=list(result.visited_urls), tool_failures=[f.to_dict() for f in result.failures],
-                tool_attempts=[a.to_dict() for a in result.attempts],
-                replaces_last_observation=self.pending_notice, stats=stats,
-            )
-        yield TurnCompleted(step, parsed.kind, parsed.content, errors, stats)
+            self.journal.turn(turn)
+        yield TurnCompleted(step, turn.kind, turn.content, list(turn.format_errors), turn.stats)
 
     # ------------------------------------------------------------------------------------------- helpers
     def _prompt_ids(self) -> list[int]:

@@ -25,7 +25,9 @@ as generated in ``generated``; ``tool_call`` holds the arguments coerced to the 
 ``dropped_arguments`` / ``argument_changes`` say what coercion did (absent from older journals: read back empty).
 
 ``tool_attempts`` lists the tool's backend attempts that did not simply succeed first time (``ToolAttempt.to_dict``:
-rate limits, fallbacks, back-off waits). Journals written before it existed read back with ``[]``.
+rate limits, fallbacks, back-off waits). A turn record is ``Turn.to_dict()`` (``venus_edge.turn``) and reads back as a
+``Turn``; fields added since schema 1 was first written (``kind``, ``logprobs``, ``tool_attempts``, ...) read back
+with their empty values from older journals.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any, Iterator
 
 from venus_edge.errors import TrajectoryError
 from venus_edge.jsonl import append_record, iter_records
+from venus_edge.turn import Turn
 
 __all__ = ["Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"]
 
@@ -48,8 +51,6 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "turn": {"content": str},
     "end": {"termination": str, "messages": list},
 }
-#: Turn-record fields added after schema 1 was first written, with the value older journals read back with.
-_TURN_DEFAULTS: dict[str, Any] = {"tool_attempts": [], "dropped_arguments": [], "argument_changes": [], "generated": None}
 logger = logging.getLogger(__name__)
 
 
@@ -62,7 +63,7 @@ class Trajectory:
         question: the user question.
         system_prompt: the system message text.
         messages: the conversation (see module docstring).
-        turns: the raw turn records, in order.
+        turns: the model turns, in order.
         termination: the reference loop's termination reason, or ``incomplete`` for a killed run.
         answer: the final answer, if any.
         sources: URLs actually read during the session.
@@ -73,7 +74,7 @@ class Trajectory:
     question: str
     system_prompt: str
     messages: list[dict[str, str]]
-    turns: list[dict[str, Any]]
+    turns: list[Turn]
     termination: str
     answer: str | None
     sources: list[str]
@@ -91,8 +92,8 @@ class TrajectoryWriter:
     def start(self, **fields: Any) -> None:
         self._append({"record": "start", "schema_version": SCHEMA_VERSION, **fields})
 
-    def turn(self, **fields: Any) -> None:
-        self._append({"record": "turn", **fields})
+    def turn(self, turn: Turn) -> None:
+        self._append({"record": "turn", **turn.to_dict()})
 
     def end(self, **fields: Any) -> None:
         self._append({"record": "end", **fields})
@@ -138,7 +139,7 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
         elif kind == "start":
             session["start"] = record
         elif kind == "turn":
-            session["turns"].append({**_TURN_DEFAULTS, **record})
+            session["turns"].append(Turn.from_dict(record))
         else:
             session["end"] = record
     trajectories = []
@@ -199,24 +200,24 @@ def _assemble(session_id: str, parts: dict[str, Any]) -> Trajectory:
     )
 
 
-def rebuild_messages(start: dict[str, Any], turns: list[dict[str, Any]]) -> list[dict[str, str]]:
+def rebuild_messages(start: dict[str, Any], turns: list[Turn]) -> list[dict[str, str]]:
     """The conversation implied by a start record and its turn records (used for killed runs and resume)."""
     messages = [
         {"role": "system", "content": start["system_prompt"]},
         {"role": "user", "content": start["question"]},
     ]
     for turn in turns:
-        if turn.get("replaces_last_observation") and messages[-1]["role"] == "user" and len(messages) > 2:
-            messages[-1] = {"role": "user", "content": turn["replaces_last_observation"]}
-        messages.append({"role": "assistant", "content": turn["content"]})
-        if turn.get("observation") is not None:
-            messages.append({"role": "user", "content": turn["observation"]})
+        if turn.replaces_last_observation and messages[-1]["role"] == "user" and len(messages) > 2:
+            messages[-1] = {"role": "user", "content": turn.replaces_last_observation}
+        messages.append({"role": "assistant", "content": turn.content})
+        if turn.observation is not None:
+            messages.append({"role": "user", "content": turn.observation})
     return messages
 
 
-def _visited(turns: list[dict[str, Any]]) -> list[str]:
+def _visited(turns: list[Turn]) -> list[str]:
     seen: dict[str, None] = {}
     for turn in turns:
-        for url in turn.get("visited_urls", []):
+        for url in turn.visited_urls:
             seen.setdefault(url, None)
     return list(seen)
