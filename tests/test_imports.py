@@ -13,7 +13,8 @@ import pytest
 
 
 def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
-    code = ("import sys, venus_edge, venus_edge.cli, venus_edge.tools, venus_edge.eval; "
+    code = ("import sys, venus_edge, venus_edge.cli, venus_edge.tools, venus_edge.eval, venus_edge.train.clean, "
+            "venus_edge.train.tokenize; "
             "print(sorted(m for m in ('torch', 'transformers', 'gguf') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -21,10 +22,11 @@ def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
 
 # Modules used as namespaces of their own (``from venus_edge import protocol``), not re-exported by the package.
 NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.session", "venus_edge.testing", "venus_edge.eval.cli",
-                     "venus_edge.quantize.cli"}
+                     "venus_edge.quantize.cli", "venus_edge.train.cli"}
 # Names exported across packages: the tool interface at the top level.
 CROSS_EXPORTS = {"venus_edge": {"Tool", "ToolError", "ToolResult"}}
-PACKAGES = ["venus_edge", "venus_edge.eval", "venus_edge.protocol", "venus_edge.tools", "venus_edge.quantize"]
+PACKAGES = ["venus_edge", "venus_edge.eval", "venus_edge.protocol", "venus_edge.tools", "venus_edge.quantize",
+            "venus_edge.train"]
 
 
 def _modules(package_name: str) -> list[ModuleType]:

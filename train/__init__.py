@@ -1,1 +1,41 @@
-"""SFT and IGPO training for DR-Venus checkpoints (not built yet: see the project's open issues)."""
+"""Training that produces DR-Venus checkpoints; today the SFT data pipeline: trajectories in (journals, OpenAI-messages
+and ShareGPT rows), cleaned into the trained protocol with a report, long ones resampled, tokenized with the
+assistant mask (``venus-edge train clean``).
+
+    from venus_edge.train import CleanContext, clean_samples, load_samples, resample, tokenize_samples
+    loaded = load_samples(["REDSearcher_SFT_10K.parquet", "runs/trajectories.jsonl"])
+    samples, report = clean_samples(loaded.samples, CleanContext("2026-03-01"))
+    samples, _ = resample(samples, seed=0)
+    tokenized, rejected = tokenize_samples(samples, tokenizer, max_tokens=32768)   # a Hugging Face fast tokenizer
+
+Every name a module of this package lists in its ``__all__`` is exported here, loaded on first use. Nothing here
+imports torch or transformers; the tokenizer is passed in.
+"""
+
+import importlib as _importlib
+from typing import Any as _Any
+
+_MODULE_EXPORTS = {
+    "clean": ("RULES", "CleanContext", "CleanReport", "Dropped", "Judge", "clean_samples", "convert_search_results",
+              "drop_duplicate_calls", "exact_match_judge", "fix_text", "keep_correct", "normalize_arguments",
+              "parse_markdown_search", "prune_unknown_tools", "rebuild_turns", "set_system_prompt",
+              "validate_structure"),
+    "data": ("LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"),
+    "resampling": ("DEFAULT_MULTIPLIERS", "DEFAULT_THRESHOLDS", "ResampleReport", "resample"),
+    "tokenize": ("TokenizedSample", "tokenize_messages", "tokenize_samples"),
+}
+_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'venus_edge.train' has no attribute {name!r}")
+    return getattr(_importlib.import_module(f"venus_edge.train.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS)

@@ -412,7 +412,7 @@ class _Session:
         )
         if self.journal:
             self.journal.turn(turn)
-        yield TurnCompleted(step, turn.kind, turn.content, list(turn.format_errors), turn.stats)
+        yield TurnCompleted.from_turn(turn)
 
     # ------------------------------------------------------------------------------------------- helpers
     def _prompt_ids(self) -> list[int]:

@@ -5,6 +5,7 @@
     venus-edge eval DATA [--k N] [--judge self|GGUF|URL] [--aggregate majority|confidence|judge] [--out DIR] ...
     venus-edge quantize SOURCE --types Q4_K_M,Q8_0 --out DIR [--base-type f16]
     venus-edge inspect FILE.gguf [--json]
+    venus-edge train clean IN... --out OUT.jsonl [--resample] [--keep-correct]
 
 Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error.
 """
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     research.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     _add_eval_command(commands)
     _add_quantize_commands(commands)
+    _add_train_command(commands)
     return parser
 
 
@@ -72,6 +74,15 @@ def _add_quantize_commands(commands: "argparse._SubParsersAction[argparse.Argume
     add_commands(commands)
 
 
+def _add_train_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``train`` (its parser imports nothing heavy)."""
+    try:
+        from venus_edge.train.cli import add_command
+    except ImportError:  # the train subpackage is not installed
+        return
+    add_command(commands)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
     parser = build_parser()
@@ -88,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from venus_edge.quantize.cli import run as run_quantize
 
             return run_quantize(args)
+        if args.command == "train":
+            from venus_edge.train.cli import run as run_train
+
+            return run_train(args, parser)
     except (VenusEdgeError, SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -6,7 +6,10 @@ Every event is a frozen dataclass with a ``type`` tag and ``to_dict()`` (JSON-re
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from venus_edge.turn import Turn
 
 __all__ = [
     "ErrorRaised",
@@ -84,6 +87,11 @@ class TurnCompleted(Event):
     content: str
     format_errors: list[dict[str, Any]]
     stats: dict[str, Any]
+
+    @classmethod
+    def from_turn(cls, turn: Turn) -> TurnCompleted:
+        """The event of a recorded ``Turn`` (the journal's record of the same turn)."""
+        return cls(turn.index, turn.kind, turn.content, list(turn.format_errors), dict(turn.stats))
 
 
 @dataclass(frozen=True)

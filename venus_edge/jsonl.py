@@ -10,9 +10,26 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 __all__: list[str] = []
+
+
+def _line(record: Any) -> bytes:
+    return json.dumps(record, ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
+def write_records(path: Path, records: Iterable[Any]) -> int:
+    """Write ``records`` as a new JSONL file (one line each, as ``append_record`` writes them), fsync'ed once at
+    the end; returns how many were written."""
+    count = 0
+    with path.open("wb") as handle:
+        for record in records:
+            handle.write(_line(record) + b"\n")
+            count += 1
+        handle.flush()
+        os.fsync(handle.fileno())
+    return count
 
 
 def append_record(path: Path, record: Any) -> None:
@@ -21,7 +38,7 @@ def append_record(path: Path, record: Any) -> None:
     A lone surrogate (half an emoji, from a ``"\\ud83d"`` escape in a model's JSON) is written as its JSON escape,
     so the line stays UTF-8 and reads back to the same string.
     """
-    line = json.dumps(record, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    line = _line(record)
     with path.open("a+b") as handle:
         if handle.seek(0, os.SEEK_END) > 0:
             handle.seek(-1, os.SEEK_END)

@@ -14,7 +14,7 @@ from typing import Any as _Any
 
 _MODULE_EXPORTS = {
     "aggregate": ("AGGREGATORS", "aggregate_answers", "select_answer"),
-    "data": ("ANSWER_SPLIT", "EvalExample", "LoadReport", "load_examples"),
+    "data": ("ANSWER_SPLIT", "EvalExample", "LoadReport", "load_examples", "read_data_rows", "split_answers"),
     "judge": ("JudgeVerdict", "LLMJudge", "parse_verdict"),
     "metrics": ("exact_match", "normalize_answer", "pass_at_k", "token_f1"),
     "report": ("summarize", "write_report"),

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-__all__ = ["ANSWER_SPLIT", "EvalExample", "LoadReport", "load_examples"]
+__all__ = ["ANSWER_SPLIT", "EvalExample", "LoadReport", "load_examples", "read_data_rows", "split_answers"]
 
 #: Separates accepted answers in one string (DR-Venus RL data, PROTOCOL.md "Training facts").
 ANSWER_SPLIT = "<|answer_split|>"
@@ -78,17 +78,8 @@ def load_examples(source: str | os.PathLike[str], *, limit: int | None = None) -
         ValueError: a file type that is not supported, or no usable example at all.
     """
     path = _resolve(source)
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        rows = _json_rows(path)
-    elif suffix == ".csv":
-        rows = _csv_rows(path)
-    elif suffix == ".parquet":
-        rows = _parquet_rows(path)
-    else:
-        raise ValueError(f"{path}: unsupported data file type {suffix!r}; use .jsonl, .json, .csv or .parquet")
     report = LoadReport([], "generic")
-    for number, row in rows:
+    for number, row in read_data_rows(path):
         if isinstance(row, str):  # a line that was not a JSON object
             report.skipped.append((number, row))
             continue
@@ -107,6 +98,25 @@ def load_examples(source: str | os.PathLike[str], *, limit: int | None = None) -
     return report
 
 
+def read_data_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """The rows of a ``.jsonl``/``.json``/``.csv``/``.parquet`` file as ``(row number, row)``; a row that is not a
+    JSON object comes as ``(row number, reason)``, so one broken line never stops the reading (``venus_edge.train``
+    reads its data files with this too).
+
+    Raises:
+        ValueError: a file type that is not supported, or a ``.json`` file that is not JSON.
+        ImportError: a parquet file without pyarrow installed.
+    """
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return _json_rows(path)
+    if suffix == ".csv":
+        return _csv_rows(path)
+    if suffix == ".parquet":
+        return _parquet_rows(path)
+    raise ValueError(f"{path}: unsupported data file type {suffix!r}; use .jsonl, .json, .csv or .parquet")
+
+
 class _SkipRow(Exception):
     """A row that cannot be used; the message is the reason."""
 
@@ -123,16 +133,24 @@ def _resolve(source: str | os.PathLike[str]) -> Path:
 
 
 def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    text = path.read_text(encoding="utf-8-sig")
     if path.suffix.lower() == ".json":
-        data = json.loads(text)
-        yield from enumerate(data if isinstance(data, list) else data.get("data", []), start=1)
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not a JSON file ({exc}); a file of one JSON object per line is .jsonl") from None
+        items = data if isinstance(data, list) else data.get("data", []) if isinstance(data, dict) else []
+        for number, row in enumerate(items, start=1):
+            yield number, row if isinstance(row, dict) else "not a JSON object"
         return
-    for number, line in enumerate(text.split("\n"), start=1):
+    # split on b"\n" alone and decode line by line: a stray byte or a U+2028 in one row spoils only that row
+    for number, line in enumerate(path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            yield number, f"not UTF-8 ({exc.reason} at byte {exc.start})"
+            continue
         except json.JSONDecodeError as exc:
             yield number, f"not JSON ({exc.msg})"
             continue
@@ -169,7 +187,7 @@ def _example(row: Mapping[str, Any], number: int, stem: str) -> tuple[EvalExampl
     question = next((row[f] for f in QUESTION_FIELDS if isinstance(row.get(f), str) and row[f].strip()), None)
     if question is None:
         raise _SkipRow(f"no question (looked for {', '.join(QUESTION_FIELDS)})")
-    answers = _answers(next((row[f] for f in ANSWER_FIELDS if row.get(f) not in (None, "", [])), None))
+    answers = split_answers(next((row[f] for f in ANSWER_FIELDS if row.get(f) not in (None, "", [])), None))
     if not answers:
         raise _SkipRow(f"no answer (looked for {', '.join(ANSWER_FIELDS)})")
     identifier = next((str(row[f]) for f in ID_FIELDS if row.get(f) not in (None, "")), f"{stem}-{number:04d}")
@@ -178,7 +196,8 @@ def _example(row: Mapping[str, Any], number: int, stem: str) -> tuple[EvalExampl
     return EvalExample(identifier, question.strip(), answers, metadata), kind
 
 
-def _answers(value: Any) -> tuple[str, ...]:
+def split_answers(value: Any) -> tuple[str, ...]:
+    """Accepted answers from a string (aliases split by ``ANSWER_SPLIT``) or a list of them, stripped, unique."""
     items = value if isinstance(value, (list, tuple)) else [value] if value is not None else []
     answers = [part.strip() for item in items for part in str(item).split(ANSWER_SPLIT)]
     return tuple(dict.fromkeys(answer for answer in answers if answer))

@@ -1,0 +1,63 @@
+"""`venus-edge train clean` end to end on a file of good and bad rows: the rows written, the report printed and
+saved, resampling, and the errors a user can make."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from venus_edge.cli import main
+from venus_edge.protocol import observation
+from venus_edge.train.data import load_samples
+
+TOOL_TURN = '<think>\nLook it up.\n</think>\n<tool_call>\n{"name": "search", "arguments": {"queries": "q"}}\n</tool_call>'
+ANSWER = "<think>\nFound it.\n</think>\n<answer>\n42\n</answer>"
+
+
+def row(question: str, turns: int = 1, final: str = ANSWER, gt: str = "42") -> dict:
+    messages = [{"role": "user", "content": question}]
+    for index in range(turns - 1):
+        call = TOOL_TURN.replace('"q"', f'"q{index}"')
+        messages += [{"role": "assistant", "content": call}, {"role": "user", "content": observation(f"r{index}")}]
+    return {"question": question, "gt": gt, "messages": [*messages, {"role": "assistant", "content": final}]}
+
+
+def test_clean_writes_rows_and_a_report(tmp_path, capsys):
+    data = tmp_path / "raw.jsonl"
+    rows = [row("Short?", 3), row("Long?", 60), row("Wrong?", 2, gt="41"), row("No answer?", 2, final=TOOL_TURN)]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n{broken\n")
+    out = tmp_path / "sft.jsonl"
+    code = main(["train", "clean", str(data), "--out", str(out), "--date", "2026-03-01", "--keep-correct", "--resample"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    written = load_samples([out])
+    assert sorted(s.question for s in written.samples) == ["Long?", "Long?", "Short?"]  # 60 turns: twice
+    short = next(s for s in written.samples if s.question == "Short?")
+    assert short.messages[0]["content"].endswith("Current date: 2026-03-01\n")
+    assert '"arguments": {"query": ["q0"]}' in short.messages[2]["content"]
+    assert "1 rows not read" in printed and "| broken row | 1 |" in printed
+    assert "| keep_correct | 0 | 1 |" in printed and "| rebuild_turns | 3 | 1 |" in printed
+    assert "| 51-100 turns | 1 | 2 |" in printed and f"3 rows written to {out}" in printed
+    assert (tmp_path / "sft.report.md").read_text() == printed
+    summary = json.loads((tmp_path / "sft.report.json").read_text())
+    assert summary["written"] == 3 and summary["clean"]["dropped"] == {"rebuild_turns": 1, "keep_correct": 1}
+
+
+def test_usage_errors(tmp_path):
+    data = tmp_path / "raw.jsonl"
+    data.write_text(json.dumps(row("Q?")) + "\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n")
+    command = [sys.executable, "-m", "venus_edge.cli", "train", "clean", str(data), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 2 and "exists" in done.stderr and out.read_text() == "earlier\n"
+    out.unlink()
+    done = subprocess.run([*command, "--multipliers", "1,2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr  # without --resample the multipliers are not used
+    out.unlink()
+    done = subprocess.run([*command, "--resample", "--multipliers", "1,2"], capture_output=True, text=True)
+    assert done.returncode == 2 and "need 3 multipliers" in done.stderr
+    done = subprocess.run([*command[:-3], str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.jsonl")],
+                          capture_output=True, text=True)
+    assert done.returncode == 3 and "no training data" in done.stderr

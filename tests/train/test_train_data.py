@@ -1,0 +1,146 @@
+"""Training data in: journals of real agent sessions, OpenAI-messages and ShareGPT rows in JSONL, JSON and parquet,
+REDSearcher's raw and clean columns; every bad row counted with its reason, never a crash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from venus_edge.agent import Agent, AgentConfig
+from venus_edge.eval.data import ANSWER_SPLIT
+from venus_edge.protocol import observation
+from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
+from venus_edge.tools.base import ToolResult
+from venus_edge.train.data import Sample, load_samples, sample_from_row
+
+TOOL_TURN = '<think>\nLook it up.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["q"]}}\n</tool_call>'
+ANSWER = "<think>\nFound it.\n</think>\n\n<answer>\n42\n</answer>"
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    lines = [row if isinstance(row, (str, bytes)) else json.dumps(row) for row in rows]
+    path.write_bytes(b"\n".join(line if isinstance(line, bytes) else line.encode() for line in lines) + b"\n")
+    return path
+
+
+def openai_row(**extra) -> dict:
+    return {"question": "What is q?", "answer": f"42{ANSWER_SPLIT}forty-two", **extra, "messages": [
+        {"role": "user", "content": "What is q?"},
+        {"role": "assistant", "content": TOOL_TURN},
+        {"role": "user", "content": observation("q is 42")},
+        {"role": "assistant", "content": ANSWER},
+    ]}
+
+
+def test_openai_sharegpt_and_redsearcher_rows_become_the_same_sample(tmp_path):
+    sharegpt = {"conversations": [
+        {"from": "human", "value": "What is q?"},
+        {"from": "gpt", "value": TOOL_TURN},
+        {"from": "observation", "value": "q is 42"},  # a bare tool result: wrapped as the protocol's user message
+        {"from": "gpt", "value": ANSWER},
+    ], "gt": "42"}
+    raw = {"meta": {"question": "What is q?", "answer": "42"}, "messages": openai_row()["messages"]}
+    loaded = load_samples([write_jsonl(tmp_path / "rows.jsonl", [openai_row(), sharegpt, raw])])
+    assert loaded.rejected == []
+    first, second, third = loaded.samples
+    assert first.messages == second.messages == third.messages
+    assert first.messages[2] == {"role": "user", "content": "<tool_response>\nq is 42\n</tool_response>"}
+    assert (first.question, first.answers) == ("What is q?", ("42", "forty-two"))
+    assert second.answers == third.answers == ("42",)
+    assert [s.source for s in loaded.samples] == ["rows.jsonl:row 1", "rows.jsonl:row 2", "rows.jsonl:row 3"]
+    assert first.turns == 1  # (4 messages - 1) // 2, the recipe's count
+
+
+def test_every_bad_row_is_counted_with_its_reason_and_the_good_rows_around_it_load(tmp_path):
+    rows = [
+        openai_row(),
+        '{"messages": [{"role": "user", "content": "cut',
+        b'{"question": "caf\xe9?", "messages": []}',  # Latin-1 bytes in a UTF-8 file
+        {"question": "no messages at all"},
+        {"messages": "not a list"},
+        {"messages": [{"role": "user", "content": "Q?"}, {"role": "critic", "content": "hm"}, {"role": "assistant", "content": ANSWER}]},
+        {"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": None}]},
+        {"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": TOOL_TURN}, {"role": "user", "content": observation("x")}]},
+        {"messages": [{"role": "assistant", "content": ANSWER}]},
+        {"messages": []},
+        [1, 2],
+        openai_row(question="Last good row?"),
+    ]
+    loaded = load_samples([write_jsonl(tmp_path / "mixed.jsonl", rows)])
+    assert [s.question for s in loaded.samples] == ["What is q?", "Last good row?"]
+    assert [(r.source, r.reason.split(" (")[0].split(":")[0]) for r in loaded.rejected] == [
+        ("mixed.jsonl:row 2", "broken row"),
+        ("mixed.jsonl:row 3", "broken row"),
+        ("mixed.jsonl:row 4", "no messages"),
+        ("mixed.jsonl:row 5", "wrong messages"),
+        ("mixed.jsonl:row 6", "wrong role"),
+        ("mixed.jsonl:row 7", "wrong messages"),
+        ("mixed.jsonl:row 8", "no answer"),
+        ("mixed.jsonl:row 9", "no question"),
+        ("mixed.jsonl:row 10", "no messages"),
+        ("mixed.jsonl:row 11", "broken row"),
+    ]
+    assert "'critic'" in loaded.rejected[4].reason and "not UTF-8" in loaded.rejected[1].reason
+    assert loaded.reasons()["broken row"] == 3
+
+
+def test_samples_over_the_maximum_length_are_rejected(tmp_path):
+    long_row = openai_row()
+    long_row["messages"][1:1] = [{"role": "assistant", "content": TOOL_TURN}, {"role": "user", "content": observation("x")}] * 3
+    loaded = load_samples([write_jsonl(tmp_path / "d.jsonl", [openai_row(), long_row])], max_turns=2)
+    assert len(loaded.samples) == 1
+    assert loaded.rejected[0].reason == "too long: 4 turns > 2"
+
+
+def test_parquet_rows_with_list_columns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [openai_row(), {**openai_row(), "question": "Other?"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sft.parquet")
+    loaded = load_samples([tmp_path / "sft.parquet"])
+    assert [s.question for s in loaded.samples] == ["What is q?", "Other?"]
+    assert loaded.samples[0].messages == tuple(openai_row()["messages"][:2]) + (
+        {"role": "user", "content": observation("q is 42")}, {"role": "assistant", "content": ANSWER})
+
+
+def test_a_json_array_file(tmp_path):
+    (tmp_path / "d.json").write_text(json.dumps([openai_row(), "junk"]))
+    loaded = load_samples([tmp_path / "d.json"])
+    assert len(loaded.samples) == 1 and loaded.rejected[0].reason == "broken row: not a JSON object"
+
+
+class Lookup:
+    name = "search"
+    schema = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+        "query": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}}
+
+    def __call__(self, arguments):
+        return ToolResult("q is 42")
+
+
+def test_journal_sessions_of_the_real_agent_loop_are_samples(tmp_path):
+    journal = tmp_path / "runs.jsonl"
+    answered = Agent(ScriptedEngine([tool_call_turn("search", query=["q"]), answer_turn("42")]), [Lookup()],
+                     trajectory_path=journal).run("What is q?")
+    Agent(ScriptedEngine([tool_call_turn("search", query=["a"]), tool_call_turn("search", query=["b"])]), [Lookup()],
+          config=AgentConfig(max_turns=1), trajectory_path=journal).run("Never answered?")
+    with journal.open("ab") as handle:
+        handle.write(b'{"record": "turn", "session_id": "x", "conte')  # torn by a crash
+    loaded = load_samples([journal])
+    [sample] = loaded.samples
+    assert list(sample.messages) == answered.messages and sample.question == "What is q?" and sample.answers == ()
+    reasons = sorted(r.reason.split(":")[0] for r in loaded.rejected)
+    assert reasons == ["broken record", "no answer"]
+
+
+def test_a_sample_round_trips_through_its_row():
+    sample = Sample(tuple(openai_row()["messages"]), "What is q?", ("42", "forty-two"), "x:row 1")
+    assert sample_from_row(sample.to_dict(), "x:row 1") == sample
+
+
+def test_a_missing_file_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no training data"):
+        load_samples([tmp_path / "nope.jsonl"])
