@@ -27,7 +27,7 @@ _MODULE_EXPORTS = {
     "quantize": ("QUANT_TYPES", "Fallback", "QuantizeReport", "quantize_gguf"),
     "qwen_tokenizer": (
         "QWEN2_SPLIT_PATTERN", "QWEN3_ADDED_TOKENS", "QWEN3_FIRST_ADDED_ID", "build_qwen3_tokenizer_files",
-        "derive_merges", "load_qwen_ranks", "qwen3_tokenizer_json",
+        "derive_merges", "load_qwen_ranks", "qwen3_tokenizer_json", "train_small_bpe",
     ),
     "tiny": ("Qwen3Config", "build_tiny_qwen3_gguf", "tiny_qwen3_tensor_shapes", "write_tiny_qwen3"),
 }

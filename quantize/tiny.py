@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,8 +143,10 @@ def write_tiny_qwen3(
     dtype: str = "float32",
     shards: int = 1,
     chat_template: str | None = None,
+    tokenizer_dir: str | Path | None = None,
 ) -> Path:
-    """Write a Qwen3ForCausalLM checkpoint with seeded random weights and the real Qwen3 tokenizer.
+    """Write a Qwen3ForCausalLM checkpoint with seeded random weights and the real Qwen3 tokenizer (or the
+    tokenizer files of ``tokenizer_dir``, e.g. a small BPE from ``train_small_bpe``).
 
     Args:
         out_dir: folder to write into (created if missing): config.json, safetensors weights, tokenizer files.
@@ -151,11 +154,13 @@ def write_tiny_qwen3(
         seed: seed of numpy's PCG64 generator; the same seed gives byte-identical weights.
         dtype: "float32" or "float16" (weights are drawn in float32, then cast).
         shards: number of safetensors files; > 1 also writes model.safetensors.index.json.
-        chat_template: stored in tokenizer_config.json when given.
+        chat_template: stored in tokenizer_config.json when given (ignored with ``tokenizer_dir``).
+        tokenizer_dir: copy ``tokenizer.json`` and ``tokenizer_config.json`` from here; ``config.vocab_size`` must
+            hold its vocabulary.
     Returns:
         `out_dir` as a Path.
     Raises:
-        ValueError: unknown dtype, or shards outside 1..number of tensors.
+        ValueError: unknown dtype, shards outside 1..number of tensors, or a vocabulary larger than the config's.
     """
     if dtype not in _NUMPY_DTYPES:
         raise ValueError(f"dtype is {dtype!r}; expected one of {sorted(_NUMPY_DTYPES)}")
@@ -170,7 +175,15 @@ def write_tiny_qwen3(
     _write_weights(folder, tensors, shards)
     config_text = json.dumps(config.to_hf_dict(torch_dtype=dtype), indent=2)
     (folder / "config.json").write_text(config_text + "\n", encoding="utf-8")
-    build_qwen3_tokenizer_files(folder, chat_template=chat_template)
+    if tokenizer_dir is None:
+        build_qwen3_tokenizer_files(folder, chat_template=chat_template)
+        return folder
+    vocabulary = json.loads((Path(tokenizer_dir) / "tokenizer.json").read_text(encoding="utf-8"))
+    size = len(vocabulary["model"]["vocab"]) + len(vocabulary.get("added_tokens", []))
+    if size > config.vocab_size:
+        raise ValueError(f"the tokenizer has {size} tokens; config.vocab_size is {config.vocab_size}")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(Path(tokenizer_dir) / name, folder / name)
     return folder
 
 

@@ -1,6 +1,7 @@
-"""Training that produces DR-Venus checkpoints; today the SFT data pipeline: trajectories in (journals, OpenAI-messages
-and ShareGPT rows), cleaned into the trained protocol with a report, long ones resampled, tokenized with the
-assistant mask (``venus-edge train clean``).
+"""Training that produces DR-Venus checkpoints: the SFT data pipeline (trajectories in from journals, OpenAI-messages
+and ShareGPT rows, cleaned into the trained protocol with a report, long ones resampled, tokenized with the
+assistant mask: ``venus-edge train clean``), the SFT trainer (transformers + accelerate: ``venus-edge train sft``),
+and a toy research world with tiny models to run it all on a CPU (``scripts/toy_sft.sh``).
 
     from venus_edge.train import CleanContext, clean_samples, load_samples, resample, tokenize_samples
     loaded = load_samples(["REDSearcher_SFT_10K.parquet", "runs/trajectories.jsonl"])
@@ -8,8 +9,8 @@ assistant mask (``venus-edge train clean``).
     samples, _ = resample(samples, seed=0)
     tokenized, rejected = tokenize_samples(samples, tokenizer, max_tokens=32768)   # a Hugging Face fast tokenizer
 
-Every name a module of this package lists in its ``__all__`` is exported here, loaded on first use. Nothing here
-imports torch or transformers; the tokenizer is passed in.
+Every name a module of this package lists in its ``__all__`` is exported here, loaded on first use. Only the
+trainer (``train_sft``) and ``write_tiny_model`` import torch, transformers or the quantize extra, when called.
 """
 
 import importlib as _importlib
@@ -22,7 +23,10 @@ _MODULE_EXPORTS = {
               "validate_structure"),
     "data": ("LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"),
     "resampling": ("DEFAULT_MULTIPLIERS", "DEFAULT_THRESHOLDS", "ResampleReport", "resample"),
+    "sft": ("LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft"),
+    "tinymodel": ("write_tiny_model",),
     "tokenize": ("TokenizedSample", "tokenize_messages", "tokenize_samples"),
+    "toyworld": ("OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "run_oracle"),
 }
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 

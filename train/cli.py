@@ -40,11 +40,50 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     clean.add_argument("--seed", type=int, default=0, help="the resampling shuffle's seed (default 0)")
     clean.set_defaults(_command_parser=clean)
 
+    sft = sub.add_parser("sft", help="supervised fine-tuning on cleaned trajectories (transformers + accelerate)",
+                         description="Train the model of CONFIG (YAML or JSON; see venus_edge.train.SFTConfig) on its "
+                                     "cleaned data. A rerun resumes from the newest checkpoint. Several processes: "
+                                     "accelerate launch --config_file configs/accelerate/<x>.yaml "
+                                     "-m venus_edge.train.sft CONFIG")
+    sft.add_argument("config", type=Path, metavar="CONFIG", help="the run's settings")
+    sft.add_argument("--max-steps", type=int, default=None, metavar="N", help="stop after N optimizer steps")
+    sft.add_argument("--output-dir", default=None, metavar="DIR", help="override the config's output_dir")
+    sft.add_argument("--quiet", action="store_true", help="no progress bar")
+    sft.set_defaults(_command_parser=sft)
+
+    toy = sub.add_parser("toy-world", help="generate the toy research world and its oracle trajectories",
+                         description="Write OUT/corpus (invented people's pages), OUT/questions-train.jsonl, "
+                                     "OUT/questions-heldout.jsonl and OUT/trajectories.jsonl (the oracle's sessions "
+                                     "through the real agent loop).")
+    toy.add_argument("out", type=Path, metavar="OUT")
+    toy.add_argument("--people", type=int, default=80, help="invented people (default 80)")
+    toy.add_argument("--seed", type=int, default=0)
+    toy.set_defaults(_command_parser=toy)
+
+    tiny = sub.add_parser("tiny-model", help="a random tiny Qwen3 with a small BPE vocabulary trained on your texts",
+                          description="Train a byte-level BPE (Qwen's pre-tokenizer and added tokens) on the texts of "
+                                      "the given files and write a random-weight Qwen3 checkpoint that uses it: a "
+                                      "model to fine-tune on a CPU.")
+    tiny.add_argument("texts", nargs="+", type=Path, metavar="FILE",
+                      help="cleaned JSONL rows (their messages) and text or Markdown files, folders of them")
+    tiny.add_argument("--out", type=Path, required=True, metavar="DIR")
+    tiny.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary size (default 4096)")
+    tiny.add_argument("--hidden", type=int, default=256, help="hidden size (default 256)")
+    tiny.add_argument("--layers", type=int, default=4, help="layers (default 4)")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(_command_parser=tiny)
+
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run the parsed ``train`` sub-command; returns the exit code."""
     if args.train_command == "clean":
         return _clean(args, args._command_parser)
+    if args.train_command == "sft":
+        return _sft(args)
+    if args.train_command == "toy-world":
+        return _toy_world(args)
+    if args.train_command == "tiny-model":
+        return _tiny_model(args)
     parser.error(f"unknown train step {args.train_command!r}")
     return 2
 
@@ -96,3 +135,45 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     args.out.with_suffix(".report.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
                                                     encoding="utf-8")
     return 0 if samples else 1
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from venus_edge.train.sft import SFTConfig, train_sft
+
+    try:
+        config = SFTConfig.from_file(args.config, max_steps=args.max_steps, output_dir=args.output_dir)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = train_sft(config, progress=not args.quiet)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
+    print(f"{result.steps} steps{resumed}; last loss {result.last_loss:.4f}; {result.tokens_per_s:.0f} trained tokens/s; "
+          f"{len(result.skipped)} samples skipped" + (f"; model in {result.final_dir}" if result.final_dir else ""))
+    return 0
+
+
+def _toy_world(args: argparse.Namespace) -> int:
+    from venus_edge.train.toyworld import generate_world, run_oracle
+
+    journal = args.out / "trajectories.jsonl"
+    if journal.exists():
+        print(f"error: {journal} exists; choose a new OUT", file=sys.stderr)
+        return 2
+    world = generate_world(args.out, people=args.people, seed=args.seed)
+    correct, total = run_oracle(world.train, world.corpus, journal)
+    print(f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
+          f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}")
+    return 0
+
+
+def _tiny_model(args: argparse.Namespace) -> int:
+    from venus_edge.train.tinymodel import write_tiny_model
+
+    folder = write_tiny_model(args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers,
+                              seed=args.seed)
+    print(f"tiny Qwen3 checkpoint in {folder}")
+    return 0

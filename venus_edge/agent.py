@@ -231,7 +231,7 @@ class _Session:
         self.start = time.monotonic()
         self.totals = {"prompt_tokens_evaluated": 0, "prompt_tokens_reused": 0, "tokens_decoded": 0,
                        "prefill_s": 0.0, "decode_s": 0.0, "tool_s": 0.0, "retries": 0, "format_errors": 0,
-                       "tool_calls": 0}
+                       "tool_calls": 0, "generated_turns": 0, "well_formed_turns": 0}
         self.journal = TrajectoryWriter(agent.trajectory_path, self.session_id) if agent.trajectory_path else None
         self.pending_notice: str | None = None
         self.budget = min(self.config.max_prompt_tokens, self.engine.n_ctx - self.config.answer_reserve_tokens)
@@ -332,6 +332,7 @@ class _Session:
                 on_text=deltas.append, seed=self.config.seed + self.samples,
             )
             self.samples += 1
+            self.totals["generated_turns"] += 1
             self._count(completion)
             for text in deltas:
                 yield TextDelta(step, text)
@@ -340,6 +341,7 @@ class _Session:
                 continue
             content = protocol.assistant_content(completion.text)
             parsed = protocol.parse_turn(content, self.agent.registry.names)
+            self.totals["well_formed_turns"] += parsed.well_formed
             call = None
             if parsed.tool_call is not None:
                 call = self.agent.registry.prepare(parsed.tool_call.name, parsed.tool_call.arguments)

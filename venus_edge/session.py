@@ -57,6 +57,11 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
                         help="answer tool calls only from the records in DIR: no corpus, web or network needed")
     parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
                         help="let visit fetch this private network, e.g. 10.20.0.0/16 (repeatable)")
+    parser.add_argument("--search-results", type=int, default=10, metavar="N",
+                        help="results per search query (default 10, as DR-Venus was trained)")
+    parser.add_argument("--extractive-visit", action="store_true",
+                        help="visit shows the page passages that match the goal, without a model-written summary "
+                             "(for models too small to summarize)")
     parser.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
     parser.add_argument("--max-tokens", type=int, default=15_000, metavar="N", help="new tokens per turn (default 15000)")
     parser.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
@@ -143,8 +148,9 @@ def open_session(args: argparse.Namespace, *, logprobs: bool = False, samples: i
     completer = _EngineWhenLoaded()
     try:
         tools = default_tools(
-            args.corpus, web=args.web, completer=completer, allowed_networks=args.allow_network,
-            record_dir=args.record, replay_dir=args.replay,
+            args.corpus, web=args.web, completer=None if args.extractive_visit else completer,
+            allowed_networks=args.allow_network, record_dir=args.record, replay_dir=args.replay,
+            search_results=args.search_results,
         )
     except (ToolError, ValueError, ImportError, OSError) as exc:
         raise SetupError(str(exc)) from exc

@@ -129,12 +129,13 @@ class ScriptedEngine:
     [MyTool()]).run("question")``.
 
     Attributes:
-        turns: the turns still to return (popped from the front).
+        turns: the turns still to return (popped from the front), or a policy: a function of the prompt text that
+            returns the next turn (``venus_edge.train.toyworld``'s oracle).
         n_ctx: the context size reported to the agent, in tokens.
         prompts, grammars: every prompt (as text) and grammar the agent passed, in call order.
     """
 
-    turns: list[Any]
+    turns: list[Any] | Callable[[str], Any]
     n_ctx: int = 100_000
     prompts: list[str] = field(default_factory=list)
     grammars: list[str | None] = field(default_factory=list)
@@ -152,7 +153,7 @@ class ScriptedEngine:
 
         self.prompts.append(self.detokenize(prompt_ids))
         self.grammars.append(grammar)
-        turn = self.turns.pop(0)
+        turn = self.turns(self.prompts[-1]) if callable(self.turns) else self.turns.pop(0)
         if isinstance(turn, BaseException):
             raise turn
         cut = _first_stop(turn, stop, stop_text_if)

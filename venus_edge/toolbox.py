@@ -10,7 +10,14 @@ from typing import Callable, Sequence
 from venus_edge.tools.base import TextCompleter, Tool
 from venus_edge.tools.corpus import Corpus, Hit
 from venus_edge.tools.replay import RecordingTool, ReplayTool
-from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchBackend, SearchTool, attempt_log
+from venus_edge.tools.search import (
+    DEFAULT_TOP_K,
+    SEARCH_SCHEMA,
+    CorpusSearchBackend,
+    SearchBackend,
+    SearchTool,
+    attempt_log,
+)
 from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
 from venus_edge.tools.web_search import SearchAttempt
 
@@ -75,6 +82,7 @@ def default_tools(
     allowed_networks: Sequence[str] = (),
     record_dir: str | os.PathLike[str] | None = None,
     replay_dir: str | os.PathLike[str] | None = None,
+    search_results: int = DEFAULT_TOP_K,
 ) -> list[Tool]:
     """``search`` over the given corpus folders and/or the web, and ``visit`` for ``corpus://`` and http(s) URLs.
 
@@ -89,6 +97,7 @@ def default_tools(
         record_dir: record every call's result under this folder (``tools.replay``), to replay the session later.
         replay_dir: answer every call from the records in this folder, with no corpus, web or network at all;
             ``corpora`` and ``web`` are then ignored. A call that was not recorded gets a ``not_recorded`` text.
+        search_results: results per query (the reference shows 10).
 
     Raises:
         ValueError: neither a corpus, nor ``web``, nor ``replay_dir``; or ``record_dir`` with ``replay_dir``.
@@ -115,7 +124,7 @@ def default_tools(
         if importlib.util.find_spec("ddgs") is None:  # fail now, not at the model's first search
             raise ImportError(INSTALL_HINT)
         backends.append(DdgsSearchBackend())
-    search = SearchTool(backends[0] if len(backends) == 1 else MergedSearchBackend(backends))
+    search = SearchTool(backends[0] if len(backends) == 1 else MergedSearchBackend(backends), top_k=search_results)
     visit = VisitTool(
         corpora=opened,
         completer=completer,

@@ -67,6 +67,8 @@ def summarize(
     for name in ("turns", "tool_calls", "tokens_decoded", "prompt_tokens_evaluated", "prompt_tokens_reused",
                  "prefill_s", "decode_s", "elapsed_s"):
         data[f"mean_{name}"] = _mean(getattr(r, name) for r in rows)
+    generated = sum(r.generated_turns for r in rows)
+    data["well_formed_turns"] = round(sum(r.well_formed_turns for r in rows) / generated, 4) if generated else None
     data["terminations"] = dict(Counter(r.termination for r in rows).most_common())
     data["per_question"] = per_question
     return EvalSummary(data, list(rows))

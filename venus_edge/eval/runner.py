@@ -53,6 +53,8 @@ class EvalRow:
         prefill_s, decode_s, elapsed_s: seconds in prefill, in decode, and wall clock.
         final_turn_mean_logprob: mean log-probability of the final turn's tokens (when the engine gave them).
         session_id: the session in ``trajectories.jsonl``.
+        generated_turns, well_formed_turns: turns the model wrote (retried ones included) and those that pass the
+            strict RL format check (PROTOCOL.md, "A well-formed turn").
     """
 
     id: str
@@ -75,6 +77,8 @@ class EvalRow:
     elapsed_s: float
     final_turn_mean_logprob: float | None = None
     session_id: str = ""
+    generated_turns: int = 0
+    well_formed_turns: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,6 +167,7 @@ def score(example: EvalExample, index: int, result: Result, judge: LLMJudge | No
         tokens_decoded=int(totals.get("tokens_decoded", 0)), prefill_s=float(totals.get("prefill_s", 0.0)),
         decode_s=float(totals.get("decode_s", 0.0)), elapsed_s=result.elapsed_s,
         final_turn_mean_logprob=totals.get("final_turn_mean_logprob"), session_id=result.session_id,
+        generated_turns=int(totals.get("generated_turns", 0)), well_formed_turns=int(totals.get("well_formed_turns", 0)),
     )
 
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The toy SFT pipeline end to end, on a CPU, for each seed in SEEDS (default "0 1 2"):
+#   world + oracle trajectories -> clean -> tiny Qwen3 with a small BPE -> eval before -> SFT -> GGUF -> eval after
+#   bash scripts/toy_sft.sh [OUT]            (default runs/toy-sft; set up .venv first: bash scripts/setup.sh)
+# Settings: SEEDS, PEOPLE (default 80), EPOCHS (default 30), EVAL_LIMIT (held-out questions, default 40).
+# Prints one line per seed (well-formed turn rate and accuracy on held-out questions, before and after) and writes
+# OUT/summary.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-runs/toy-sft}
+SEEDS=${SEEDS:-"0 1 2"}
+PEOPLE=${PEOPLE:-80}
+EPOCHS=${EPOCHS:-30}
+EVAL_LIMIT=${EVAL_LIMIT:-40}
+VE=.venv/bin/venus-edge
+PY=.venv/bin/python
+mkdir -p "$OUT"
+# The sessions as the oracle ran them: corpus search (10 results) and extractive visit, a few turns, greedy.
+EVAL_FLAGS=(--extractive-visit --max-turns 6 --max-tokens 160 --n-ctx 8192 --temperature 0 --quiet --no-plot)
+
+evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR
+  local model=$1
+  if [ -d "$model" ]; then
+    $VE quantize "$model" --types Q8_0 --out "$model-gguf" --quiet --agentic-tokens 0 > /dev/null
+    model=$(ls "$model-gguf"/*Q8_0*.gguf)
+  fi
+  $VE eval "$3" --model "$model" --corpus "$2" --limit "$EVAL_LIMIT" --out "$4" "${EVAL_FLAGS[@]}" > /dev/null || true
+}
+
+echo "| seed | well-formed before | accuracy before | well-formed after | accuracy after | SFT steps | SFT s |" > "$OUT/summary.md"
+echo "|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
+for SEED in $SEEDS; do
+  RUN="$OUT/seed-$SEED"
+  rm -rf "$RUN"
+  $VE train toy-world "$RUN/world" --people "$PEOPLE" --seed "$SEED"
+  $VE train clean "$RUN/world/trajectories.jsonl" --out "$RUN/sft.jsonl" > /dev/null
+  $VE train tiny-model "$RUN/sft.jsonl" "$RUN/world/corpus" --out "$RUN/base" --vocab 2048 --hidden 256 --layers 4 --seed "$SEED"
+  cat > "$RUN/sft.yaml" <<YAML
+# A random-weight model learns the protocol from scratch: a higher learning rate and many epochs than the
+# recipe's fine-tuning of a pretrained model (lr 1e-5, 1 epoch).
+model: base
+data: [sft.jsonl]
+output_dir: run
+epochs: $EPOCHS
+global_batch_size: 16
+micro_batch_size: 4
+learning_rate: 1.0e-3
+warmup_ratio: 0.05
+gradient_checkpointing: false
+seed: $SEED
+save_every: 50
+YAML
+  evaluate "$RUN/base" "$RUN/world/corpus" "$RUN/world/questions-heldout.jsonl" "$RUN/eval-before"
+  START=$(date +%s)
+  $VE train sft "$RUN/sft.yaml" --quiet
+  SFT_S=$(( $(date +%s) - START ))
+  evaluate "$RUN/run/final" "$RUN/world/corpus" "$RUN/world/questions-heldout.jsonl" "$RUN/eval-after"
+  $PY - "$RUN" "$SEED" "$SFT_S" >> "$OUT/summary.md" <<'PYTHON'
+import json, sys
+from pathlib import Path
+run, seed, seconds = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+def figures(name):
+    path = run / name / "summary.json"
+    if not path.exists():
+        return "-", "-"
+    data = json.loads(path.read_text())
+    return data.get("well_formed_turns"), data.get("pass@1")
+steps = sum(1 for _ in (run / "run" / "log.jsonl").open())
+print(f"| {seed} | {' | '.join(map(str, figures('eval-before')))} | {' | '.join(map(str, figures('eval-after')))} | {steps} | {seconds} |")
+PYTHON
+  tail -n 1 "$OUT/summary.md"
+done

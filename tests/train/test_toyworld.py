@@ -1,0 +1,63 @@
+"""The toy research world: seeded, the facts only in page bodies, held-out subjects never asked in training, and
+an oracle that reads its observations (and gives up when they lack what it needs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from venus_edge.agent import Agent, AgentConfig
+from venus_edge.testing import ScriptedEngine
+from venus_edge.toolbox import default_tools
+from venus_edge.train.toyworld import OracleGaveUp, ToyQuestion, generate_world, oracle_policy, run_oracle
+
+
+def test_the_same_seed_writes_the_same_world(tmp_path):
+    first = generate_world(tmp_path / "a", people=12, seed=4)
+    again = generate_world(tmp_path / "b", people=12, seed=4)
+    other = generate_world(tmp_path / "c", people=12, seed=5)
+    assert first.people == again.people != other.people
+    assert (tmp_path / "a" / "questions-train.jsonl").read_text() == (tmp_path / "b" / "questions-train.jsonl").read_text()
+
+
+def test_facts_are_past_the_snippet_and_heldout_subjects_are_new(tmp_path):
+    world = generate_world(tmp_path, people=20, seed=0)
+    for person in world.people:
+        page = (world.corpus / f"{person.slug}.md").read_text()
+        assert page.index(f"born in {person.town}") > 240 and page.index(person.name) < 240
+    assert {q.subject for q in world.train}.isdisjoint({q.subject for q in world.heldout})
+    assert {q.hops for q in world.train} == {1, 2}
+    by_name = {p.name: p for p in world.people}
+    for question in world.heldout:
+        person = by_name[question.subject]
+        target = by_name[person.mentor] if question.hops == 2 else person
+        assert question.answer == str(getattr(target, question.kind.rstrip("2")))
+
+
+def test_the_oracle_answers_through_the_real_loop_and_tools(tmp_path):
+    world = generate_world(tmp_path, people=16, seed=2)
+    questions = [q for q in world.train if q.hops == 2][:3] + [q for q in world.train if q.hops == 1][:3]
+    correct, total = run_oracle(questions, world.corpus, tmp_path / "journal.jsonl")
+    assert (correct, total) == (6, 6)
+    records = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    visits = [r["tool_call"]["arguments"]["url"] for r in records if r.get("tool_call", {}) and r["tool_call"]["name"] == "visit"]
+    assert len(visits) == 3 * 2 + 3 and all(url[0].startswith("corpus://") for url in visits)
+
+
+def test_the_oracle_gives_up_when_a_page_lacks_the_fact(tmp_path):
+    world = generate_world(tmp_path, people=12, seed=3)
+    question = next(q for q in world.train if q.kind == "town")
+    subject = next(p for p in world.people if p.name == question.subject)
+    page = world.corpus / f"{subject.slug}.md"
+    page.write_text(page.read_text().replace(" born in ", " living near "))
+    tools = default_tools([world.corpus])
+    with pytest.raises(OracleGaveUp, match="no town"):
+        Agent(ScriptedEngine(turns=oracle_policy(question)), tools, config=AgentConfig(max_turns=6)).run(question.question)
+    assert run_oracle([question], world.corpus, tmp_path / "j.jsonl") == (0, 1)
+
+
+def test_a_world_needs_people():
+    with pytest.raises(ValueError, match="at least 8 people"):
+        generate_world("/nonexistent", people=3)
+    assert ToyQuestion("x", "town2", "A B", "q", "a").hops == 2

@@ -1,0 +1,266 @@
+"""A toy research world that runs on a CPU: invented people, their pages, questions that need search then visit,
+and trajectories written by a scripted oracle through the real agent loop, tools and journal.
+
+    venus-edge train toy-world OUT [--people 80] [--seed 0]
+
+writes ``OUT/corpus/`` (one Markdown page per person), ``OUT/questions-train.jsonl`` and
+``OUT/questions-heldout.jsonl`` (the held-out questions ask about people no training question is about), and
+``OUT/trajectories.jsonl``: one journal session per training question, run by ``Agent`` with the corpus's
+``search`` and extractive ``visit`` tools, as ``venus-edge research --corpus OUT/corpus --extractive-visit`` runs them.
+
+The world is built so that tools are needed:
+
+- a page opens with a paragraph that names the person and a neighbour (a distractor: searching a name also finds
+  the neighbours' pages), and gives the facts (birth town and year, trade, mentor) only after it, past the
+  240-character search snippet, so an answer is in the page body and not in the search results;
+- one-hop questions ask a fact of a person; two-hop questions ask a fact of a person's mentor, whose name is only
+  on the person's page (search, visit, search the mentor, visit, answer).
+
+The oracle reads every observation as the model would (the search results' titles and URLs, the fact sentences of
+the visited page); when an observation does not hold what it needs, it gives up and the session is not a sample.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from venus_edge.protocol import IM_END, IM_START, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
+
+__all__ = ["OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "run_oracle"]
+
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kl", "st", "th")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "eo")
+_CODAS = ("", "n", "r", "l", "s", "th", "k", "m")
+TRADES = ("cartographer", "glassblower", "beekeeper", "ferryman", "bookbinder", "clockmaker", "weaver", "astronomer",
+          "stonemason", "herbalist", "lamplighter", "shipwright")
+QUESTIONS = {
+    "town": "In which town was {name} born?",
+    "year": "In which year was {name} born?",
+    "trade": "What was the trade of {name}?",
+    "town2": "In which town was the mentor of {name} born?",
+    "trade2": "What was the trade of the mentor of {name}?",
+}
+GOALS = {"town": "where {name} was born", "year": "the year {name} was born", "trade": "the trade of {name}",
+         "mentor": "who the mentor of {name} was"}
+_FACT_PATTERNS = {
+    "town": re.compile(r"born in ([A-Z][a-z]+) in \d{4}"),
+    "year": re.compile(r"born in [A-Z][a-z]+ in (\d{4})"),
+    "trade": re.compile(r"By trade they were an? ([a-z]+)"),
+    "mentor": re.compile(r"mentor was ([A-Z][a-z]+ [A-Z][a-z]+)"),
+}
+
+
+@dataclass(frozen=True)
+class Person:
+    """An invented person; ``mentor`` is another person's name (None for the first generation)."""
+
+    name: str
+    town: str
+    year: int
+    trade: str
+    mentor: str | None
+    neighbour: str
+
+    @property
+    def slug(self) -> str:
+        return self.name.lower().replace(" ", "-")
+
+    def page(self) -> str:
+        """The person's page: an opening paragraph naming them and a neighbour, then the facts."""
+        mentor = f" Their mentor was {self.mentor}." if self.mentor else " They had no mentor."
+        return (
+            f"# {self.name}\n\n"
+            f"{self.name} appears in the Almanac of the Quiet Valleys, the register kept by the valley scribes. "
+            f"The almanac lists {self.name} in the same chapter as {self.neighbour}, a neighbour from the valleys. "
+            f"The scribes wrote this entry from letters, ledgers and parish records.\n\n"
+            f"## Life\n\nThey were born in {self.town} in {self.year}. By trade they were a {self.trade}.{mentor}\n"
+        )
+
+
+@dataclass(frozen=True)
+class ToyQuestion:
+    """A question with its answer; ``kind`` is a key of ``QUESTIONS`` (two-hop kinds end in 2)."""
+
+    id: str
+    kind: str
+    subject: str
+    question: str
+    answer: str
+
+    @property
+    def hops(self) -> int:
+        return 2 if self.kind.endswith("2") else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "question": self.question, "answer": self.answer, "kind": self.kind,
+                "subject": self.subject}
+
+
+@dataclass(frozen=True)
+class ToyWorld:
+    """The generated world: its people, the corpus folder, and the train / held-out questions."""
+
+    people: tuple[Person, ...]
+    corpus: Path
+    train: tuple[ToyQuestion, ...]
+    heldout: tuple[ToyQuestion, ...]
+
+
+def _word(rng: random.Random, syllables: int) -> str:
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)).capitalize()
+
+
+def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, heldout_share: float = 0.25) -> ToyWorld:
+    """Write the corpus and question files of a world of ``people`` invented people under ``out_dir``.
+
+    Returns:
+        the world. The same seed writes the same files.
+
+    Raises:
+        ValueError: fewer than 8 people, or a held-out share outside (0, 1).
+    """
+    if people < 8 or not 0 < heldout_share < 1:
+        raise ValueError("a world needs at least 8 people and a held-out share between 0 and 1")
+    rng = random.Random(seed)
+    names: list[str] = []
+    while len(names) < people:
+        name = f"{_word(rng, rng.choice((1, 2)))} {_word(rng, 2)}"
+        if name not in names and len(name) <= 24:
+            names.append(name)
+    towns = sorted({_word(rng, 2) for _ in range(people // 3 + 3)})
+    persons = []
+    for index, name in enumerate(names):
+        mentor = names[rng.randrange(index)] if index >= people // 5 else None
+        neighbour = names[rng.choice([i for i in range(people) if i != index])]
+        persons.append(Person(name, rng.choice(towns), rng.randrange(1700, 1900), rng.choice(TRADES), mentor, neighbour))
+    by_name = {p.name: p for p in persons}
+    folder = Path(out_dir)
+    corpus = folder / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    for person in persons:
+        (corpus / f"{person.slug}.md").write_text(person.page(), encoding="utf-8")
+    subjects = list(persons)
+    rng.shuffle(subjects)
+    cut = max(1, round(len(subjects) * heldout_share))
+    split = {"heldout": subjects[:cut], "train": subjects[cut:]}
+    questions: dict[str, list[ToyQuestion]] = {}
+    for part, group in split.items():
+        questions[part] = []
+        for person in group:
+            for kind in QUESTIONS:
+                mentor = by_name.get(person.mentor or "")
+                if kind.endswith("2") and mentor is None:
+                    continue
+                target = mentor if kind.endswith("2") else person
+                answer = str(getattr(target, kind.rstrip("2")))
+                qid = f"toy-{person.slug}-{kind}"
+                questions[part].append(ToyQuestion(qid, kind, person.name, QUESTIONS[kind].format(name=person.name), answer))
+        rng.shuffle(questions[part])
+        path = folder / f"questions-{part}.jsonl"
+        path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in questions[part]), encoding="utf-8")
+    return ToyWorld(tuple(persons), corpus, tuple(questions["train"]), tuple(questions["heldout"]))
+
+
+class OracleGaveUp(RuntimeError):
+    """An observation did not hold what the oracle needed; the session ends without an answer."""
+
+
+def _messages(prompt: str) -> list[tuple[str, str]]:
+    """(role, content) of each ChatML message of a rendered prompt (the open generation prompt left out)."""
+    found = []
+    for chunk in prompt.split(IM_START)[1:]:
+        role, _, rest = chunk.partition("\n")
+        if IM_END in rest:
+            found.append((role, rest.split(IM_END)[0]))
+    return found
+
+
+def _call(reasoning: str, name: str, arguments: dict[str, Any]) -> str:
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"{reasoning}\n</think>\n\n<tool_call>\n{body}\n</tool_call>"
+
+
+def _url_of(observation: str, name: str) -> str:
+    body = observation.removeprefix(TOOL_RESPONSE_OPEN).removesuffix(TOOL_RESPONSE_CLOSE).strip()
+    try:
+        blocks = json.loads(body)
+    except json.JSONDecodeError:
+        raise OracleGaveUp("the search result is not JSON") from None
+    for block in blocks:
+        for hit in block.get("web_page_info_list", []):
+            if hit.get("title") == name:
+                return str(hit["url"])
+    raise OracleGaveUp(f"no search result is the page of {name}")
+
+
+def _fact(observation: str, fact: str) -> str:
+    match = _FACT_PATTERNS[fact].search(observation)
+    if match is None:
+        raise OracleGaveUp(f"the page shows no {fact}")
+    return match.group(1)
+
+
+def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
+    """The next turn for ``question`` given the rendered prompt so far (``ScriptedEngine(turns=policy)``).
+
+    Turn by turn: search the subject; visit the result titled with the subject's name; read the fact (one hop:
+    answer) or the mentor's name (two hops: search the mentor, visit their page, read the fact, answer).
+    """
+    fact = question.kind.rstrip("2")
+
+    def next_turn(prompt: str) -> str:
+        messages = _messages(prompt)
+        done = sum(1 for role, _ in messages if role == "assistant")
+        observation = messages[-1][1] if messages and messages[-1][0] == "user" else ""
+        subject = question.subject
+        if done == 0:
+            return _call(f"I need {GOALS[fact if question.hops == 1 else 'mentor'].format(name=subject)}. "
+                         f"I will search for {subject}.", "search", {"query": [subject]})
+        if done == 1:
+            goal = GOALS[fact if question.hops == 1 else "mentor"].format(name=subject)
+            return _call(f"The page of {subject} is in the results. I will read it.", "visit",
+                         {"url": [_url_of(observation, subject)], "goal": goal})
+        if done == 2 and question.hops == 2:
+            mentor = _fact(observation, "mentor")
+            return _call(f"The mentor of {subject} was {mentor}. Now I need {GOALS[fact].format(name=mentor)}. "
+                         f"I will search for {mentor}.", "search", {"query": [mentor]})
+        if done == 3 and question.hops == 2:
+            mentor = _FACT_PATTERNS["mentor"].search(messages[-3][1] if len(messages) >= 3 else "")
+            name = mentor.group(1) if mentor else ""
+            return _call(f"The page of {name} is in the results. I will read it.", "visit",
+                         {"url": [_url_of(observation, name)], "goal": GOALS[fact].format(name=name)})
+        value = _fact(observation, fact)
+        return f"The page says {value}.\n</think>\n\n<answer>\n{value}\n</answer>"
+
+    return next_turn
+
+
+def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path) -> tuple[int, int]:
+    """Run the oracle on each question through ``Agent`` with the corpus's search and extractive visit tools,
+    appending every session to ``journal``; returns (sessions answered correctly, sessions run)."""
+    from venus_edge.agent import Agent, AgentConfig
+    from venus_edge.testing import ScriptedEngine
+    from venus_edge.toolbox import default_tools
+
+    tools = default_tools([corpus])
+    correct = 0
+    try:
+        for question in questions:
+            engine = ScriptedEngine(turns=oracle_policy(question))
+            try:
+                result = Agent(engine, tools, config=AgentConfig(max_turns=8, max_retries=1),
+                               trajectory_path=journal).run(question.question)
+            except OracleGaveUp:  # the journal keeps the session without an end: cleaning skips it
+                continue
+            correct += int(result.answer is not None and result.answer.strip() == question.answer)
+    finally:
+        for tool in tools:
+            close = getattr(tool, "close", None)
+            if callable(close):
+                close()
+    return correct, len(questions)
