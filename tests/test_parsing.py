@@ -232,12 +232,22 @@ def test_tool_response_text_ends_a_turn_only_after_its_action():
 # ------------------------------------------------------------------------------------- hostile turns (review)
 
 
-def test_a_deeply_nested_body_is_invalid_json_not_a_crash():
-    """json and json5 recurse; a body nested past their limits is an unreadable call, never a RecursionError."""
-    for depth in (60, 2000):
-        generated = f'x</think>\n<tool_call>\n{{"name": "search", "arguments": {{"query": {"[" * depth}"a"{"]" * depth}}}}}\n</tool_call>'
-        parsed = turn(generated)
-        assert parsed.kind in ("tool_call", "malformed")
+@pytest.mark.parametrize("depth", [60, 500, 900, 2000, 20_000])
+@pytest.mark.parametrize("brackets", ["[]", '{"a": }'])
+def test_a_deeply_nested_body_is_invalid_json_not_a_crash(depth, brackets):
+    """json and json5 recurse, and so do the walks after them (surrogates, coercion, json.dumps): a body nested
+    deeper than MAX_CALL_DEPTH is an unreadable call at every depth, never a RecursionError."""
+    open_, close = brackets.split(" ") if " " in brackets else (brackets[0], brackets[1])
+    value = open_ * depth + '"a"' + close * depth
+    generated = f'x</think>\n<tool_call>\n{{"name": "search", "arguments": {{"query": {value}}}}}\n</tool_call>'
+    parsed = turn(generated)
+    assert parsed.kind == "malformed" and [e.code for e in parsed.errors if e.fatal] == ["invalid_json"]
+
+
+def test_nesting_up_to_the_limit_is_a_call():
+    value = "[" * 29 + '"a"' + "]" * 29  # with the call object and its arguments: 31 levels
+    parsed = turn(f'x</think>\n<tool_call>\n{{"name": "search", "arguments": {{"query": {value}}}}}\n</tool_call>')
+    assert parsed.kind == "tool_call"
 
 
 @pytest.mark.parametrize("blank", ["\n", " ", "\t \n"])

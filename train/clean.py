@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from venus_edge.eval.metrics import exact_match
 from venus_edge.protocol import (
+    TOOL_CALL_OPEN,
     TOOL_RESPONSE_CLOSE,
     TOOL_RESPONSE_OPEN,
     ToolCall,
@@ -51,7 +52,15 @@ from venus_edge.protocol import (
     parse_turn,
     render_system_prompt,
 )
-from venus_edge.tools.base import coerce_arguments, without_lone_surrogates
+from venus_edge.tools.base import (
+    PreparedCall,
+    as_list,
+    call_key,
+    coerce_arguments,
+    validate_arguments,
+    without_lone_surrogates,
+)
+from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import SEARCH_SCHEMA, format_search_observation
 from venus_edge.tools.visit import VISIT_SCHEMA
@@ -195,16 +204,26 @@ def _markdown_link(line: str) -> tuple[str, str, str] | None:
 
 
 def convert_search_results(sample: Sample, context: CleanContext) -> Sample:
-    """Rewrite each tool response holding a Markdown search result in the ``search`` tool's JSON shape."""
-    messages = []
+    """Rewrite each response to a ``search`` call that holds a Markdown search result in the tool's JSON shape
+    (a visit's page that quotes search results is left as it is)."""
+    messages: list[Mapping[str, str]] = []
     for message in sample.messages:
-        if message["role"] == "user" and is_observation(message["content"].strip()):
+        after_search = bool(messages) and _call_name(messages[-1], context) == "search"
+        if after_search and _is_response(message):
             body = _observation_body(message["content"])
             blocks = None if body.lstrip().startswith("[") else parse_markdown_search(body)
             if blocks is not None:
                 message = {"role": "user", "content": observation(format_search_observation(blocks))}
         messages.append(message)
     return sample.replace_messages(messages)
+
+
+def _call_name(message: Mapping[str, str], context: CleanContext) -> str | None:
+    """The name of the session tool an assistant message calls, or None."""
+    if message["role"] != "assistant" or TOOL_CALL_OPEN not in message["content"]:
+        return None
+    call = parse_turn(_with_think(message["content"]), context.tool_names).tool_call
+    return call.name if call is not None else None
 
 
 def prune_unknown_tools(sample: Sample, context: CleanContext) -> Sample:
@@ -242,34 +261,66 @@ def rebuild_turns(sample: Sample, context: CleanContext) -> Sample:
             continue
         skip_response = parsed.kind != "tool_call" or not parsed.reasoning
         if not skip_response:
-            messages.append({"role": "assistant", "content": canonical_turn(parsed.reasoning, tool_call=parsed.tool_call)})
+            # a turn with errors comes back canonical from the parser (a call written inside the reasoning moved
+            # out of it), as the runtime's history holds it; a well-formed one is rewritten with strict JSON
+            content = parsed.content if parsed.errors else canonical_turn(parsed.reasoning, tool_call=parsed.tool_call)
+            messages.append({"role": "assistant", "content": content})
     return sample.replace_messages(messages)
 
 
 def normalize_arguments(sample: Sample, context: CleanContext) -> Sample:
-    """Coerce every call's arguments to its tool's schema (``coerce_arguments``) and rewrite the turn."""
+    """Coerce every call's arguments to its tool's schema (``coerce_arguments``) and rewrite the turn; a call whose
+    arguments stay invalid (a required one missing, an empty query, a value only its JSON text could stand for) is
+    removed with its tool response, as the reference cleaning drops it."""
+    invalid: set[int] = set()
     messages = []
-    for message in sample.messages:
+    for index, message in enumerate(sample.messages):
         parsed = parse_turn(message["content"], context.tool_names) if message["role"] == "assistant" else None
         if parsed is not None and parsed.tool_call is not None and (schema := context.schema(parsed.tool_call.name)):
             prepared = coerce_arguments(schema, parsed.tool_call.arguments)
-            if prepared.arguments != parsed.tool_call.arguments:
+            if not _valid_arguments(schema, prepared):
+                invalid.add(index)
+            elif prepared.arguments != parsed.tool_call.arguments:
                 call = ToolCall(prepared.name, prepared.arguments)
                 message = {"role": "assistant", "content": canonical_turn(parsed.reasoning, tool_call=call)}
         messages.append(message)
+    if invalid:
+        contents = {sample.messages[i]["content"] for i in invalid}
+        messages = _without_turns(messages, lambda content: content in contents)
     return sample.replace_messages(messages)
 
 
+def _valid_arguments(schema: Mapping[str, Any], prepared: PreparedCall) -> bool:
+    try:
+        validate_arguments(schema, prepared.arguments)
+    except ToolArgumentError:
+        return False
+    if any("JSON text" in change for change in prepared.changes):  # an object or null standing in for a string
+        return False
+    values = [v for value in prepared.arguments.values() for v in (value if isinstance(value, list) else [value])]
+    return all(not isinstance(v, str) or v.strip() for v in values)
+
+
 def drop_duplicate_calls(sample: Sample, context: CleanContext) -> Sample:
-    """Remove a call identical to an earlier one of the sample (``PreparedCall.key``), with its tool response."""
-    seen: set[str] = set()
+    """Remove a call that repeats an earlier one of the sample, with its tool response.
+
+    Repeats as the reference cleaning counts them (``canonical_signature`` in prepare_trajectories.py), after
+    coercion: a search of the same set of queries in any order, a visit of the same set of URLs whatever the goal.
+    (The runtime's duplicate-call guard, ``PreparedCall.key``, is stricter: it compares every argument.)
+    """
+    seen: set[tuple[str, tuple[str, ...]]] = set()
 
     def repeated(content: str) -> bool:
         call = parse_turn(content, context.tool_names).tool_call
         schema = context.schema(call.name) if call is not None else None
         if call is None or schema is None:
             return False
-        key = coerce_arguments(schema, call.arguments).key
+        arguments = coerce_arguments(schema, call.arguments).arguments
+        values = arguments.get({"search": "query", "visit": "url"}.get(call.name, ""))
+        if values is None:
+            key = (call.name, (call_key(call.name, arguments),))
+        else:
+            key = (call.name, tuple(sorted({str(v).strip() for v in as_list(values)})))
         if key in seen:
             return True
         seen.add(key)

@@ -151,7 +151,8 @@ def _sft(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
-    print(f"{result.steps} steps{resumed}; last loss {result.last_loss:.4f}; {result.tokens_per_s:.0f} trained tokens/s; "
+    loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "-"
+    print(f"{result.steps} steps{resumed}; last loss {loss}; {result.tokens_per_s:.0f} trained tokens/s; "
           f"{len(result.skipped)} samples skipped" + (f"; model in {result.final_dir}" if result.final_dir else ""))
     return 0
 
@@ -173,7 +174,15 @@ def _toy_world(args: argparse.Namespace) -> int:
 def _tiny_model(args: argparse.Namespace) -> int:
     from venus_edge.train.tinymodel import write_tiny_model
 
-    folder = write_tiny_model(args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers,
-                              seed=args.seed)
+    missing = [str(path) for path in args.texts if not path.exists()]
+    if missing:
+        print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        folder = write_tiny_model(args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers,
+                                  seed=args.seed)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"tiny Qwen3 checkpoint in {folder}")
     return 0

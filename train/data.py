@@ -10,7 +10,9 @@ Sources, detected per file and per row:
 - ShareGPT rows: ``{"conversations": [{"from": "human" | "gpt" | "system" | "observation" | ..., "value"}]}``.
 
 Roles are mapped to the protocol's three (PROTOCOL.md, "Conversation layout"): a tool result (``tool``,
-``observation``, ``function``) becomes a user message holding one ``<tool_response>`` block. Files are read with
+``observation``, ``function``, or a user message right after a tool-calling turn) becomes a user message holding one
+``<tool_response>`` block; OpenAI function-calling assistant messages (``tool_calls``, ``reasoning_content``) are
+written as the protocol's ``<tool_call>`` and ``<think>`` text. Files are read with
 ``venus_edge.eval.data.read_data_rows`` (pyarrow for parquet; JSONL line by line, so that one broken line costs one
 row, where a whole-file reader stops at it).
 
@@ -21,6 +23,7 @@ role, no question, no final assistant turn, more turns than ``max_turns``) is sk
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from venus_edge.eval.data import ANSWER_SPLIT, read_data_rows, split_answers
-from venus_edge.protocol import is_observation, observation
+from venus_edge.protocol import THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, is_observation, observation
 from venus_edge.trajectory import read_journal
 
 __all__ = ["LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"]
@@ -134,44 +137,90 @@ def sample_from_row(row: Mapping[str, Any], source: str = "") -> Sample:
     """
     meta = row.get("meta") if isinstance(row.get("meta"), Mapping) else {}
     if "messages" in row:
-        messages = [_message(m, i, "role", "content") for i, m in enumerate(_as_list(row["messages"], "messages"))]
+        raw, keys = _as_list(row["messages"], "messages"), ("role", "content")
     elif "conversations" in row:
-        messages = [_message(m, i, "from", "value") for i, m in enumerate(_as_list(row["conversations"], "conversations"))]
+        raw, keys = _as_list(row["conversations"], "conversations"), ("from", "value")
     else:
         raise _BadRow("no messages (looked for 'messages' and 'conversations')")
+    messages: list[dict[str, str]] = []
+    for index, message in enumerate(raw):
+        messages.append(_message(message, index, *keys, after=messages[-1] if messages else None))
     if not messages:
         raise _BadRow("no messages: the conversation is empty")
+    first = next((m for m in messages if m["role"] != "system"), None)
+    if first is None or first["role"] != "user" or not first["content"].strip():
+        raise _BadRow("no question: the conversation does not open with a user message")
     fields = {**row, **meta}
     question = next((fields[f] for f in QUESTION_FIELDS if isinstance(fields.get(f), str) and fields[f].strip()), None)
-    if question is None:  # the first user message is the question
-        question = next((m["content"] for m in messages if m["role"] == "user" and not is_observation(m["content"])), None)
-    if not question or not question.strip():
-        raise _BadRow("no question")
+    question = question or first["content"]
     if messages[-1]["role"] != "assistant" or not messages[-1]["content"].strip():
         raise _BadRow("no answer: the conversation does not end with an assistant turn")
-    answers = split_answers(next((fields[f] for f in ANSWER_FIELDS if fields.get(f) not in (None, "", [])), None))
+    answers = split_answers(next((_plain(fields[f]) for f in ANSWER_FIELDS if _present(fields.get(f))), None))
     return Sample(tuple(messages), question.strip(), answers, source)
 
 
+def _plain(value: Any) -> Any:
+    """A numpy array (a pandas or parquet cell) as a list; anything else as it is."""
+    return value.tolist() if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) else value
+
+
+def _present(value: Any) -> bool:
+    value = _plain(value)
+    if isinstance(value, str):
+        return bool(value.strip())
+    return value is not None and (not isinstance(value, (list, tuple)) or len(value) > 0)
+
+
 def _as_list(value: Any, name: str) -> list[Any]:
-    if hasattr(value, "tolist"):  # a numpy array from a parquet column
-        value = value.tolist()
+    value = _plain(value)
     if not isinstance(value, list):
         raise _BadRow(f"wrong messages: {name!r} is a {type(value).__name__}, not a list")
     return value
 
 
-def _message(message: Any, index: int, role_key: str, content_key: str) -> dict[str, str]:
+def _message(message: Any, index: int, role_key: str, content_key: str, *, after: Mapping[str, str] | None) -> dict[str, str]:
+    """One message in the protocol's roles. OpenAI function-calling fields are read as the protocol writes them:
+    ``reasoning_content`` becomes the ``<think>`` block and ``tool_calls`` the ``<tool_call>`` blocks. A user message
+    right after a tool-calling assistant turn, or one in a tool role, is a tool result: it is wrapped in
+    ``<tool_response>`` unless it is already (the reference cleaning wraps them so)."""
     if not isinstance(message, Mapping):
         raise _BadRow(f"wrong messages: message {index} is not an object")
     role, content = message.get(role_key), message.get(content_key)
+    if not isinstance(role, str) or (role not in _ROLES and role not in _TOOL_ROLES):
+        raise _BadRow(f"wrong role: {role!r} at message {index}")
+    if role in _ROLES and _ROLES[role] == "assistant":
+        content = _assistant_text(message, content, index)
     if not isinstance(content, str):
         raise _BadRow(f"wrong messages: message {index} has no text {content_key!r}")
-    if role in _TOOL_ROLES:
-        return {"role": "user", "content": content if is_observation(content.strip()) else observation(content.strip())}
-    if role not in _ROLES:
-        raise _BadRow(f"wrong role: {role!r} at message {index}")
-    return {"role": _ROLES[role], "content": content}
+    role = _ROLES.get(role, "user")
+    stripped = content.strip()
+    answers_a_call = after is not None and after["role"] == "assistant" and TOOL_CALL_OPEN in after["content"]
+    if role == "user" and (message.get(role_key) in _TOOL_ROLES or answers_a_call or is_observation(stripped)):
+        return {"role": "user", "content": stripped if is_observation(stripped) else observation(stripped)}
+    return {"role": role, "content": content}
+
+
+def _assistant_text(message: Mapping[str, Any], content: Any, index: int) -> Any:
+    """The text of an assistant message, with OpenAI-style ``reasoning_content`` and ``tool_calls`` written in."""
+    reasoning, calls = message.get("reasoning_content"), _plain(message.get("tool_calls"))
+    if not reasoning and not calls:
+        return content
+    text = content if isinstance(content, str) else ""
+    if isinstance(reasoning, str) and reasoning.strip():
+        text = f"{THINK_OPEN}\n{reasoning.strip()}\n{THINK_CLOSE}\n\n{text.strip()}"
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function", call) if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise _BadRow(f"wrong messages: message {index} has a tool call without a function name")
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                raise _BadRow(f"wrong messages: message {index} has tool call arguments that are not JSON") from None
+        body = json.dumps({"name": function["name"], "arguments": arguments}, ensure_ascii=False)
+        text = f"{text.rstrip()}\n\n{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}".lstrip("\n")
+    return text
 
 
 def _is_journal(path: Path) -> bool:

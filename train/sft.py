@@ -1,6 +1,6 @@
 """Supervised fine-tuning on cleaned trajectories: transformers + accelerate, the DR-Venus recipe as defaults.
 
-    venus-edge train sft configs/sft/toy.yaml
+    venus-edge train sft configs/sft/qwen2.5-coder-0.5b-lora.yaml
     accelerate launch --config_file configs/accelerate/fsdp.yaml -m venus_edge.train.sft configs/sft/dr-venus-4b.yaml
 
 Source of the defaults: PROTOCOL.md, "Training facts" (DR-Venus SFT): loss on assistant tokens only (reasoning
@@ -109,24 +109,31 @@ class SFTConfig:
         import yaml
 
         path = Path(path)
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not YAML or JSON ({exc})") from None
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: a config is a mapping of settings, got {type(raw).__name__}")
-        raw.update({k: v for k, v in overrides.items() if v is not None})
         base = path.parent
         for key in ("model", "tokenizer", "output_dir"):
             value = raw.get(key)
             # a relative path is the config folder's; a hub id (owner/name) that is no file there stays as it is
             if isinstance(value, str) and not Path(value).is_absolute() and (key == "output_dir" or (base / value).exists()):
                 raw[key] = str(base / value)
-        if isinstance(raw.get("data"), str):
-            raw["data"] = [raw["data"]]
-        if isinstance(raw.get("data"), list):
-            raw["data"] = tuple(str(p if Path(p).is_absolute() else base / p) for p in raw["data"])
+        data = raw.get("data")
+        if isinstance(data, (str, list)):
+            raw["data"] = [str(p if Path(str(p)).is_absolute() else base / str(p)) for p in ([data] if isinstance(data, str) else data)]
+        raw.update({k: v for k, v in overrides.items() if v is not None})  # command-line values: as given
         return cls.from_dict(raw, source=str(path))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], *, source: str = "config") -> SFTConfig:
+        """A config from a mapping of settings, each converted to its field's type.
+
+        Raises:
+            ValueError: an unknown or missing setting, or a value that is not of its setting's kind.
+        """
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - names)
         if unknown:
@@ -134,22 +141,17 @@ class SFTConfig:
         missing = [n for n in ("model", "data", "output_dir") if not raw.get(n)]
         if missing:
             raise ValueError(f"{source}: missing required setting(s) {', '.join(missing)}")
-        values = dict(raw)
-        values["data"] = tuple(values["data"])
-        if "adam_betas" in values:
-            values["adam_betas"] = tuple(float(b) for b in values["adam_betas"])
-        lora = values.get("lora")
-        if lora is True:
-            values["lora"] = LoraSettings()
-        elif isinstance(lora, Mapping):
-            lora_names = {f.name for f in dataclasses.fields(LoraSettings)}
-            if set(lora) - lora_names:
-                raise ValueError(f"{source}: unknown lora setting(s) {', '.join(sorted(set(lora) - lora_names))}")
-            values["lora"] = LoraSettings(**{**lora, **({"target_modules": tuple(lora["target_modules"])} if "target_modules" in lora else {})})
-        elif lora in (False, None):
-            values["lora"] = None
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            try:
+                values[name] = _CONVERTERS.get(name, _text)(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{source}: {name}: {exc}") from None
         config = cls(**values)
-        config.check()
+        try:
+            config.check()
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
         return config
 
     def check(self) -> None:
@@ -163,11 +165,84 @@ class SFTConfig:
             raise ValueError("need 0 <= warmup_ratio < 1, learning_rate > 0 and epochs > 0")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype {self.dtype!r}: use float32, bfloat16 or float16")
-        if self.save_every < 1 or self.keep_checkpoints < 1:
-            raise ValueError("save_every and keep_checkpoints must be >= 1")
+        if self.save_every < 1 or self.keep_checkpoints < 1 or self.max_tokens < 2:
+            raise ValueError("save_every and keep_checkpoints must be >= 1, max_tokens >= 2")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 (or left out for the whole run), got {self.max_steps}")
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _number(kind: type) -> Any:
+    def convert(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"expected a number, got {value!r}")
+        number = float(value)  # YAML reads 1e-5 (no dot) as a string
+        if kind is int and number != int(number):
+            raise ValueError(f"expected a whole number, got {value!r}")
+        return kind(number)
+    return convert
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _optional(convert: Any) -> Any:
+    return lambda value: None if value is None else convert(value)
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items or not all(isinstance(p, str) and p for p in items):
+        raise ValueError(f"expected a file or a list of files, got {value!r}")
+    return tuple(items)
+
+
+def _betas(value: Any) -> tuple[float, float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"expected two numbers [beta1, beta2], got {value!r}")
+    beta1, beta2 = (_number(float)(b) for b in value)
+    if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
+        raise ValueError(f"betas must lie in [0, 1), got {value!r}")
+    return beta1, beta2
+
+
+def _lora(value: Any) -> LoraSettings | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return LoraSettings()
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected true, false or a mapping of r, alpha, dropout, target_modules, got {value!r}")
+    known = {f.name for f in dataclasses.fields(LoraSettings)}
+    if set(value) - known:
+        raise ValueError(f"unknown lora setting(s) {', '.join(sorted(set(value) - known))}")
+    settings: dict[str, Any] = {}
+    for name, item in value.items():
+        if name == "target_modules":
+            settings[name] = _paths(item)
+        else:
+            settings[name] = _number(float if name == "dropout" else int)(item)
+    return LoraSettings(**settings)
+
+
+_CONVERTERS: dict[str, Any] = {
+    "data": _paths, "tokenizer": _optional(_text), "max_tokens": _number(int), "epochs": _number(float),
+    "global_batch_size": _number(int), "micro_batch_size": _number(int), "learning_rate": _number(float),
+    "warmup_ratio": _number(float), "adam_betas": _betas, "weight_decay": _number(float),
+    "max_grad_norm": _number(float), "gradient_checkpointing": _flag, "lora": _lora, "seed": _number(int),
+    "save_every": _number(int), "keep_checkpoints": _number(int), "max_steps": _optional(_number(int)),
+}
 
 
 @dataclass
@@ -307,6 +382,9 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     batches = length_grouped_batches([len(t) for t in tokenized], config.micro_batch_size, seed=config.seed,
                                      epochs=config.epochs)
     steps = [batches[i : i + per_step] for i in range(0, len(batches), per_step)]
+    if processes > 1:  # every process must run as many forward passes in a step: a short last step is trimmed
+        steps = [step[: len(step) - len(step) % processes] for step in steps]
+        steps = [step for step in steps if step]
     total_steps = len(steps)
     run_steps = min(total_steps, config.max_steps) if config.max_steps else total_steps
 
@@ -336,6 +414,12 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
         if skipped:
             (output_dir / "skipped.txt").write_text("\n".join(skipped) + "\n")
 
+    if start >= run_steps:
+        accelerator.print(f"{output_dir} already holds step {start} of {run_steps}: nothing to train")
+        rows = (output_dir / "log.jsonl").read_text().splitlines() if (output_dir / "log.jsonl").is_file() else []
+        last = json.loads(rows[-1])["loss"] if rows else None
+        final = output_dir / "final"
+        return SFTResult(start, start, final if final.is_dir() else None, last, skipped)
     model.train()
     last_loss = None
     trained_total, started = 0, time.perf_counter()
@@ -472,8 +556,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    config = SFTConfig.from_file(args.config, max_steps=args.max_steps, output_dir=args.output_dir)
-    result = train_sft(config, progress=not args.quiet)
+    try:
+        config = SFTConfig.from_file(args.config, max_steps=args.max_steps, output_dir=args.output_dir)
+        result = train_sft(config, progress=not args.quiet)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"steps": result.steps, "resumed_from": result.resumed_from, "loss": result.last_loss,
                       "final": str(result.final_dir) if result.final_dir else None,
                       "tokens_per_s": round(result.tokens_per_s, 1), "skipped": len(result.skipped)}))

@@ -248,3 +248,43 @@ def test_a_raw_open_data_row_comes_out_in_the_trained_format_with_a_report():
     assert report.to_dict()["reasons"][0]["rule"] == "rebuild_turns"
     again, second = clean_samples(kept, CONTEXT)
     assert again == kept and not second.changed, "cleaning is idempotent"
+
+
+def test_only_responses_to_a_search_call_are_converted():
+    """A visited page that quotes search results keeps its text."""
+    page = "Notes.\n" + MARKDOWN_SEARCH
+    original = sample(SYSTEM, QUESTION, call("visit", {"url": ["https://a.example"], "goal": "g"}), response(page), answer())
+    assert convert_search_results(original, CONTEXT) == original
+
+
+def test_a_call_written_inside_the_reasoning_moves_out_of_it_once():
+    inside = {"role": "assistant", "content": "<think>\nSearch it. <tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": [\"x\"]}}\n</tool_call>\n</think>"}
+    rebuilt = rebuild_turns(sample(SYSTEM, QUESTION, inside, response(), answer()), CONTEXT)
+    assert rebuilt.messages[2]["content"].count("<tool_call>") == 1
+    validate_structure(rebuilt, CONTEXT)
+
+
+@pytest.mark.parametrize(("name", "arguments"), [
+    ("visit", {"goal": "g"}),  # no url
+    ("search", {"query": []}),
+    ("search", {"query": [""]}),
+    ("search", {"query": None}),
+    ("search", {"query": {"a": 1}}),
+    ("visit", {"url": ["https://a.example"], "goal": None}),
+    ("visit", {"url": ["https://a.example"], "goal": []}),
+    ("visit", {"url": ["https://a.example"], "goal": "  "}),
+])
+def test_calls_whose_arguments_stay_invalid_are_removed_with_their_responses(name, arguments):
+    normalized = normalize_arguments(sample(SYSTEM, QUESTION, call(name, arguments), response("bad"),
+                                            call("search", {"query": ["ok"]}), response("good"), answer()), CONTEXT)
+    assert contents(normalized)[2:] == [call("search", {"query": ["ok"]})["content"], observation("good"), answer()["content"]]
+
+
+@pytest.mark.parametrize(("first", "again"), [
+    (("search", {"query": ["a", "b"]}), ("search", {"query": ["b", "a"]})),
+    (("search", {"query": ["a"]}), ("search", {"query": [" a "]})),
+    (("visit", {"url": ["https://a.example"], "goal": "one"}), ("visit", {"url": "https://a.example", "goal": "two"})),
+])
+def test_repeats_are_counted_as_the_reference_counts_them(first, again):
+    original = sample(SYSTEM, QUESTION, call(*first), response("1"), call(*again, "Again."), response("2"), answer())
+    assert contents(drop_duplicate_calls(original, CONTEXT))[3:] == [observation("1"), answer()["content"]]

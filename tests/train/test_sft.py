@@ -64,6 +64,9 @@ def test_a_few_steps_lower_the_loss_and_export_a_model_that_runs(toy, tmp_path):
     assert all(math.isfinite(loss) for loss in losses) and len(losses) == result.steps
     assert losses[-1] < 0.9 * losses[0], losses
     assert result.trained_tokens > 0 and result.tokens_per_s > 0
+    again = train_sft(settings, progress=False)  # a finished run, run again: nothing to do, nothing lost
+    assert (again.steps, again.resumed_from, again.final_dir) == (result.steps, result.steps, result.final_dir)
+    assert again.last_loss == losses[-1] and len(log(toy / "run-overfit")) == len(losses)
 
     gguf_dir = tmp_path / "gguf"
     assert cli(["quantize", str(result.final_dir), "--types", "Q8_0", "--out", str(gguf_dir), "--quiet",
@@ -153,10 +156,41 @@ def test_length_grouped_batches_cover_every_sample_once_per_epoch_and_are_seeded
     ({"lerning_rate": 1e-5}, "unknown setting"),
     ({"dtype": "int8"}, "dtype"),
     ({"lora": {"rank": 4}}, "unknown lora setting"),
+    ({"lora": "yes_please"}, "lora: expected true, false or a mapping"),
+    ({"lora": ["q_proj"]}, "lora: expected true, false or a mapping"),
+    ({"learning_rate": "fast"}, "learning_rate"),
+    ({"global_batch_size": 2.5}, "whole number"),
+    ({"epochs": "one"}, "epochs"),
+    ({"adam_betas": 0.9}, "two numbers"),
+    ({"adam_betas": [0.9, 0.95, 0.99]}, "two numbers"),
+    ({"adam_betas": [0.9, 1.5]}, r"\[0, 1\)"),
+    ({"gradient_checkpointing": "false"}, "true or false"),
+    ({"max_steps": 0}, "max_steps must be >= 1"),
+    ({"data": 5}, "a file or a list of files"),
+    ({"data": []}, "missing required"),
 ])
 def test_bad_configs_are_errors(settings, message):
     with pytest.raises(ValueError, match=message):
         SFTConfig.from_dict({"model": "m", "data": ["d.jsonl"], "output_dir": "o", **settings})
+
+
+def test_values_yaml_reads_as_strings_are_converted(tmp_path):
+    """PyYAML reads 1e-5 (no dot) as a string; a lone target module is a list of one."""
+    (tmp_path / "cfg.yaml").write_text("model: m\ndata: d.jsonl\noutput_dir: o\nlearning_rate: 1e-5\n"
+                                       "global_batch_size: '16'\nlora: {target_modules: q_proj, r: 8}\n")
+    loaded = SFTConfig.from_file(tmp_path / "cfg.yaml")
+    assert loaded.learning_rate == 1e-5 and loaded.global_batch_size == 16
+    assert loaded.lora.target_modules == ("q_proj",) and loaded.lora.r == 8
+    (tmp_path / "bad.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(ValueError, match="not YAML or JSON"):
+        SFTConfig.from_file(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[2].joinpath("configs", "sft").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_the_shipped_configs_load(path):
+    loaded = SFTConfig.from_file(path)
+    assert loaded.data and Path(loaded.output_dir).is_absolute()
 
 
 def test_a_config_file_resolves_paths_next_to_it(tmp_path):
@@ -167,3 +201,5 @@ def test_a_config_file_resolves_paths_next_to_it(tmp_path):
     assert loaded.output_dir == str(tmp_path / "run") and loaded.max_steps == 3 and loaded.lora.r == 16
     (tmp_path / "hub.yaml").write_text("model: inclusionAI/DR-Venus-4B-SFT\ndata: [a.jsonl]\noutput_dir: /x\n")
     assert SFTConfig.from_file(tmp_path / "hub.yaml").model == "inclusionAI/DR-Venus-4B-SFT"
+    # a command-line --output-dir is taken as given (relative to the working directory), not to the file
+    assert SFTConfig.from_file(tmp_path / "cfg.yaml", output_dir="runs/x").output_dir == "runs/x"

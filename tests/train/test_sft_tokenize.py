@@ -125,3 +125,10 @@ def test_samples_over_the_token_limit_are_rejected(qwen3_tokenizer):
     kept, rejected = tokenize_samples(samples, qwen3_tokenizer, max_tokens=limit)
     assert [k.source for k in kept] == ["short"]
     assert [(r.source, r.reason.split(":")[0]) for r in rejected] == [("long", "too long"), ("empty", "nothing to train")]
+
+
+def test_text_the_tokenizer_refuses_is_rejected_with_a_reason(qwen3_tokenizer):
+    """A journal read back gives half an emoji as a lone surrogate; uncleaned, it is a rejection, not a crash."""
+    messages = [*trajectory()[:2], {"role": "assistant", "content": "<think>\nhalf \ud83d\n</think>\n\n<answer>\nx\n</answer>"}]
+    kept, rejected = tokenize_samples([Sample(tuple(messages), "q", source="s")], qwen3_tokenizer)
+    assert kept == [] and "train clean" in rejected[0].reason

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from venus_edge.cli import main
 from venus_edge.protocol import observation
 from venus_edge.train.data import load_samples
@@ -61,3 +63,15 @@ def test_usage_errors(tmp_path):
     done = subprocess.run([*command[:-3], str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.jsonl")],
                           capture_output=True, text=True)
     assert done.returncode == 3 and "no training data" in done.stderr
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--hidden", "10"], "multiple of 4"),
+    (["--vocab", "100"], "at least 512"),
+])
+def test_tiny_model_usage_errors(tmp_path, capsys, arguments, message):
+    (tmp_path / "t.md").write_text("some text " * 50)
+    assert main(["train", "tiny-model", str(tmp_path / "t.md"), "--out", str(tmp_path / "m"), *arguments]) == 2
+    assert message in capsys.readouterr().err
+    assert main(["train", "tiny-model", str(tmp_path / "missing.md"), "--out", str(tmp_path / "m")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -144,3 +144,60 @@ def test_a_sample_round_trips_through_its_row():
 def test_a_missing_file_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no training data"):
         load_samples([tmp_path / "nope.jsonl"])
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ({"messages": [{"role": ["user"], "content": "q"}, {"role": "assistant", "content": ANSWER}]}, "wrong role"),
+    ({"messages": [{"role": {"r": 1}, "content": "q"}, {"role": "assistant", "content": ANSWER}]}, "wrong role"),
+    ({"messages": [{"role": None, "content": "q"}, {"role": "assistant", "content": ANSWER}]}, "wrong role"),
+    ({"question": "Q?", "messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": ANSWER}]}, "no question"),
+    ({"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": ANSWER}]}, "no question"),
+    ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "broken row"),
+])
+def test_hostile_rows_are_rejected_with_a_reason(tmp_path, row, reason):
+    loaded = load_samples([write_jsonl(tmp_path / "d.jsonl", [row, openai_row()])])
+    assert len(loaded.samples) == 1
+    assert [r.reason.split(":")[0] for r in loaded.rejected] == [reason]
+
+
+def test_openai_function_calling_rows_are_written_in_the_protocol(tmp_path):
+    row = {"messages": [
+        {"role": "user", "content": "What is q?"},
+        {"role": "assistant", "content": None, "reasoning_content": "Look it up.",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": ["q"]}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "q is 42"},
+        {"role": "assistant", "content": "<answer>\n42\n</answer>", "reasoning_content": "Found it."},
+    ]}
+    [sample] = load_samples([write_jsonl(tmp_path / "d.jsonl", [row])]).samples
+    assert [m["content"] for m in sample.messages] == [
+        "What is q?", TOOL_TURN, observation("q is 42"), ANSWER]
+    broken = {"messages": [row["messages"][0], {"role": "assistant", "content": None,
+                                                "tool_calls": [{"function": {"name": "search", "arguments": "{bad"}}]}]}
+    loaded = load_samples([write_jsonl(tmp_path / "b.jsonl", [broken])])
+    assert "not JSON" in loaded.rejected[0].reason
+
+
+@pytest.mark.parametrize("result", ["q is 42", "<tool_response>\nq is 42\n</tool_response>\n",
+                                    "  <tool_response>\nq is 42\n</tool_response>"])
+def test_a_tool_result_is_one_tool_response_block_however_it_was_written(tmp_path, result):
+    """Raw rows (REDSearcher's ``meta`` rows) give results unwrapped or with whitespace around the block."""
+    row = {"meta": {"question": "What is q?", "answer": "42"}, "messages": [
+        {"role": "user", "content": "What is q?"}, {"role": "assistant", "content": TOOL_TURN},
+        {"role": "user", "content": result}, {"role": "assistant", "content": ANSWER}]}
+    [sample] = load_samples([write_jsonl(tmp_path / "d.jsonl", [row])]).samples
+    assert sample.messages[2] == {"role": "user", "content": observation("q is 42")}
+
+
+def test_json_files_of_one_row_and_of_no_rows(tmp_path):
+    (tmp_path / "one.json").write_text(json.dumps(openai_row()))
+    assert len(load_samples([tmp_path / "one.json"]).samples) == 1
+    (tmp_path / "scalar.json").write_text("42")
+    with pytest.raises(ValueError, match="list of rows"):
+        load_samples([tmp_path / "scalar.json"])
+
+
+def test_numpy_cells_from_pandas_rows():
+    np = pytest.importorskip("numpy")
+    row = {**openai_row(), "answer": np.array(["42", "forty-two"]), "messages": np.array(openai_row()["messages"])}
+    assert sample_from_row(row).answers == ("42", "forty-two")
+    assert sample_from_row({**openai_row(), "answer": np.array([])}).answers == ()

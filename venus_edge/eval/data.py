@@ -136,9 +136,13 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(path.read_bytes().decode("utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"{path}: not a JSON file ({exc}); a file of one JSON object per line is .jsonl") from None
-        items = data if isinstance(data, list) else data.get("data", []) if isinstance(data, dict) else []
+        if isinstance(data, dict):  # {"data": [rows]} as some sets ship, or a file of one row
+            data = data["data"] if isinstance(data.get("data"), list) else [data]
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json data file holds a list of rows, got a {type(data).__name__}")
+        items = data
         for number, row in enumerate(items, start=1):
             yield number, row if isinstance(row, dict) else "not a JSON object"
         return
@@ -153,6 +157,9 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
             continue
         except json.JSONDecodeError as exc:
             yield number, f"not JSON ({exc.msg})"
+            continue
+        except RecursionError:
+            yield number, "not JSON (nested too deep)"
             continue
         yield number, row if isinstance(row, dict) else "not a JSON object"
 

@@ -260,6 +260,8 @@ _ANSWER_CLOSE_RE = re.compile(re.escape(ANSWER_CLOSE))
 _REASONING_END_RE = re.compile(f"{re.escape(THINK_CLOSE)}(?=\\s*(?:{_ACTION_OPEN_RE.pattern}))")
 # Call blocks decoded at most in one turn, looking for a valid one (a turn of thousands of broken blocks is junk).
 MAX_CALLS_TRIED = 8
+#: Lists and objects nest at most this deep in a call body; tool arguments never need more.
+MAX_CALL_DEPTH = 32
 # Where a JSON5 string may start: after these (outside strings), or at the start of the value.
 _VALUE_STARTS = frozenset("{[,:")
 # A comment starts only after whitespace or these (so the // of an unquoted https:// is not one).
@@ -474,6 +476,9 @@ def decode_call(raw: str, tool_names: set[str], errors: list[FormatError]) -> To
     if payload is None:
         errors.append(FormatError("invalid_json", "The tool call is not valid JSON.", fatal=True))
         return None
+    if _nesting_depth(payload) > MAX_CALL_DEPTH:  # every later walk (coercion, json.dumps) would recurse that deep
+        errors.append(FormatError("invalid_json", f"The tool call nests deeper than {MAX_CALL_DEPTH} levels.", fatal=True))
+        return None
     payload = without_lone_surrogates(payload)
     if leniency:
         errors.append(leniency)
@@ -496,6 +501,17 @@ def decode_call(raw: str, tool_names: set[str], errors: list[FormatError]) -> To
         errors.append(FormatError("unknown_tool", unknown_tool_message(str(name), sorted(tool_names)), fatal=True))
         return None
     return ToolCall(name, arguments)
+
+
+def _nesting_depth(value: Any) -> int:
+    """How deep lists and dicts nest in ``value`` (a scalar is 0), walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _load_lenient(raw: str) -> tuple[Any, FormatError | None]:
