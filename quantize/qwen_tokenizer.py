@@ -151,6 +151,17 @@ def _added_token(content: str, special: bool) -> AddedToken:
     return AddedToken(content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=special)
 
 
+def _set_qwen_pipeline(tokenizer: Tokenizer) -> None:
+    """Qwen2/2.5/3's text pipeline around the BPE: NFC, the Qwen2 split regex, byte-level mapping both ways."""
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+
+
 @functools.lru_cache(maxsize=1)
 def qwen3_tokenizer_json() -> str:
     """The Qwen3 `tokenizer.json` text, built once per process (a few seconds).
@@ -171,13 +182,7 @@ def qwen3_tokenizer_json() -> str:
         end_of_word_suffix="", fuse_unk=False, byte_fallback=False, ignore_merges=False,
     )
     tokenizer = Tokenizer(bpe)
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
-    tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    _set_qwen_pipeline(tokenizer)
     for offset, (content, special) in enumerate(QWEN3_ADDED_TOKENS):
         tokenizer.add_tokens([_added_token(content, special)])
         token_id = tokenizer.token_to_id(content)
@@ -208,13 +213,7 @@ def train_small_bpe(
 
     tokenizer = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
                                      fuse_unk=False, byte_fallback=False))
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
-    tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    _set_qwen_pipeline(tokenizer)
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, max_token_length=32,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
     tokenizer.train_from_iterator(texts, trainer=trainer)

@@ -2,7 +2,9 @@
 # The toy SFT pipeline end to end, on a CPU, for each seed in SEEDS (default "0 1 2"):
 #   world + oracle trajectories -> clean -> tiny Qwen3 with a small BPE -> eval before -> SFT -> GGUF -> eval after
 #   bash scripts/toy_sft.sh [OUT]            (default runs/toy-sft; set up .venv first: bash scripts/setup.sh)
-# Settings: SEEDS, PEOPLE (default 80), EPOCHS (default 30), EVAL_LIMIT (held-out questions, default 40).
+# Settings: SEEDS, PEOPLE (default 80), EPOCHS (default 12), HIDDEN (128), LAYERS (2), EVAL_LIMIT (held-out
+# questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10: a random model retries every turn 5 times).
+# The no-tool baseline is the best constant answer per question kind, read from the training answers.
 # Prints one line per seed (well-formed turn rate and accuracy on held-out questions, before and after) and writes
 # OUT/summary.md.
 set -euo pipefail
@@ -10,31 +12,34 @@ cd "$(dirname "$0")/.."
 OUT=${1:-runs/toy-sft}
 SEEDS=${SEEDS:-"0 1 2"}
 PEOPLE=${PEOPLE:-80}
-EPOCHS=${EPOCHS:-30}
+EPOCHS=${EPOCHS:-12}
+HIDDEN=${HIDDEN:-128}
+LAYERS=${LAYERS:-2}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
+BEFORE_LIMIT=${BEFORE_LIMIT:-10}
 VE=.venv/bin/venus-edge
 PY=.venv/bin/python
 mkdir -p "$OUT"
 # The sessions as the oracle ran them: corpus search (10 results) and extractive visit, a few turns, greedy.
 EVAL_FLAGS=(--extractive-visit --max-turns 6 --max-tokens 160 --n-ctx 8192 --temperature 0 --quiet --no-plot)
 
-evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR
+evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR LIMIT
   local model=$1
   if [ -d "$model" ]; then
     $VE quantize "$model" --types Q8_0 --out "$model-gguf" --quiet --agentic-tokens 0 > /dev/null
     model=$(ls "$model-gguf"/*Q8_0*.gguf)
   fi
-  $VE eval "$3" --model "$model" --corpus "$2" --limit "$EVAL_LIMIT" --out "$4" "${EVAL_FLAGS[@]}" > /dev/null || true
+  $VE eval "$3" --model "$model" --corpus "$2" --limit "$5" --out "$4" "${EVAL_FLAGS[@]}" > /dev/null || true
 }
 
-echo "| seed | well-formed before | accuracy before | well-formed after | accuracy after | SFT steps | SFT s |" > "$OUT/summary.md"
-echo "|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
+echo "| seed | well-formed before | accuracy before | well-formed after | accuracy after | no-tool baseline | SFT steps | SFT s |" > "$OUT/summary.md"
+echo "|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
 for SEED in $SEEDS; do
   RUN="$OUT/seed-$SEED"
   rm -rf "$RUN"
   $VE train toy-world "$RUN/world" --people "$PEOPLE" --seed "$SEED"
   $VE train clean "$RUN/world/trajectories.jsonl" --out "$RUN/sft.jsonl" > /dev/null
-  $VE train tiny-model "$RUN/sft.jsonl" "$RUN/world/corpus" --out "$RUN/base" --vocab 2048 --hidden 256 --layers 4 --seed "$SEED"
+  $VE train tiny-model "$RUN/sft.jsonl" "$RUN/world/corpus" --out "$RUN/base" --vocab 2048 --hidden "$HIDDEN" --layers "$LAYERS" --seed "$SEED"
   cat > "$RUN/sft.yaml" <<YAML
 # A random-weight model learns the protocol from scratch: a higher learning rate and many epochs than the
 # recipe's fine-tuning of a pretrained model (lr 1e-5, 1 epoch).
@@ -44,18 +49,18 @@ output_dir: run
 epochs: $EPOCHS
 global_batch_size: 16
 micro_batch_size: 4
-learning_rate: 1.0e-3
+learning_rate: 2.0e-3
 warmup_ratio: 0.05
 gradient_checkpointing: false
 seed: $SEED
 save_every: 50
 YAML
-  evaluate "$RUN/base" "$RUN/world/corpus" "$RUN/world/questions-heldout.jsonl" "$RUN/eval-before"
+  evaluate "$RUN/base" "$RUN/world/corpus" "$RUN/world/questions-heldout.jsonl" "$RUN/eval-before" "$BEFORE_LIMIT"
   START=$(date +%s)
   $VE train sft "$RUN/sft.yaml" --quiet
   SFT_S=$(( $(date +%s) - START ))
-  evaluate "$RUN/run/final" "$RUN/world/corpus" "$RUN/world/questions-heldout.jsonl" "$RUN/eval-after"
-  $PY - "$RUN" "$SEED" "$SFT_S" >> "$OUT/summary.md" <<'PYTHON'
+  evaluate "$RUN/run/final" "$RUN/world/corpus" "$RUN/world/questions-heldout.jsonl" "$RUN/eval-after" "$EVAL_LIMIT"
+  $PY - "$RUN" "$SEED" "$SFT_S" "$EVAL_LIMIT" >> "$OUT/summary.md" <<'PYTHON'
 import json, sys
 from pathlib import Path
 run, seed, seconds = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -66,7 +71,17 @@ def figures(name):
     data = json.loads(path.read_text())
     return data.get("well_formed_turns"), data.get("pass@1")
 steps = sum(1 for _ in (run / "run" / "log.jsonl").open())
-print(f"| {seed} | {' | '.join(map(str, figures('eval-before')))} | {' | '.join(map(str, figures('eval-after')))} | {steps} | {seconds} |")
+def rows(name):
+    return [json.loads(line) for line in (run / "world" / f"questions-{name}.jsonl").read_text().splitlines()]
+train, heldout = rows("train"), rows("heldout")
+limit = int(sys.argv[4])
+scored = [q for q in heldout[:limit]]
+best = {}
+for kind in {q["kind"] for q in train}:
+    answers = [q["answer"] for q in train if q["kind"] == kind]
+    best[kind] = max(set(answers), key=answers.count)
+baseline = round(sum(best.get(q["kind"]) == q["answer"] for q in scored) / len(scored), 4)
+print(f"| {seed} | {' | '.join(map(str, figures('eval-before')))} | {' | '.join(map(str, figures('eval-after')))} | {baseline} | {steps} | {seconds} |")
 PYTHON
   tail -n 1 "$OUT/summary.md"
 done

@@ -248,7 +248,8 @@ _CONVERTERS: dict[str, Any] = {
 @dataclass
 class SFTResult:
     """What a run did: steps trained (in all, and in this process's run), the step it resumed from, the final
-    model's folder, the last logged loss, samples skipped at tokenization, and throughput."""
+    model's folder, the last logged loss, samples skipped at tokenization, throughput (trained tokens/s), and
+    accelerate's distributed type (``NO``, ``MULTI_GPU``, ``FSDP``, ``DEEPSPEED``, ...)."""
 
     steps: int
     resumed_from: int
@@ -257,6 +258,7 @@ class SFTResult:
     skipped: list[str] = field(default_factory=list)
     trained_tokens: int = 0
     tokens_per_s: float = 0.0
+    distributed: str = "NO"
 
 
 def length_grouped_batches(lengths: Sequence[int], micro_batch_size: int, *, seed: int, epochs: float = 1.0,
@@ -419,7 +421,8 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
         rows = (output_dir / "log.jsonl").read_text().splitlines() if (output_dir / "log.jsonl").is_file() else []
         last = json.loads(rows[-1])["loss"] if rows else None
         final = output_dir / "final"
-        return SFTResult(start, start, final if final.is_dir() else None, last, skipped)
+        return SFTResult(start, start, final if final.is_dir() else None, last, skipped,
+                         distributed=str(accelerator.distributed_type.value))
     model.train()
     last_loss = None
     trained_total, started = 0, time.perf_counter()
@@ -460,7 +463,8 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
         final_dir = _save_final(accelerator, model, tokenizer, output_dir)
     elapsed = time.perf_counter() - started
     return SFTResult(run_steps, start, final_dir, last_loss, skipped, trained_total,
-                     trained_total / elapsed if elapsed > 0 and trained_total else 0.0)
+                     trained_total / elapsed if elapsed > 0 and trained_total else 0.0,
+                     str(accelerator.distributed_type.value))
 
 
 def _fingerprint(config: SFTConfig, samples: int) -> str:
@@ -564,7 +568,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(json.dumps({"steps": result.steps, "resumed_from": result.resumed_from, "loss": result.last_loss,
                       "final": str(result.final_dir) if result.final_dir else None,
-                      "tokens_per_s": round(result.tokens_per_s, 1), "skipped": len(result.skipped)}))
+                      "tokens_per_s": round(result.tokens_per_s, 1), "skipped": len(result.skipped),
+                      "distributed": result.distributed}))
     return 0
 
 

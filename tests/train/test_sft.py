@@ -203,3 +203,19 @@ def test_a_config_file_resolves_paths_next_to_it(tmp_path):
     assert SFTConfig.from_file(tmp_path / "hub.yaml").model == "inclusionAI/DR-Venus-4B-SFT"
     # a command-line --output-dir is taken as given (relative to the working directory), not to the file
     assert SFTConfig.from_file(tmp_path / "cfg.yaml", output_dir="runs/x").output_dir == "runs/x"
+
+
+@pytest.mark.parametrize("launch_config", ["cpu.yaml", "fsdp.yaml", "deepspeed_zero3.yaml"])
+def test_the_accelerate_configs_start_on_one_cpu_process(toy, tmp_path, launch_config):
+    """`accelerate launch` with each shipped config runs a step on one CPU process. (On a CPU accelerate runs the
+    FSDP config as a plain process: its sharding needs GPUs. DeepSpeed needs its package.)"""
+    if launch_config.startswith("deepspeed"):
+        pytest.importorskip("deepspeed")
+    path = tmp_path / "smoke.json"
+    path.write_text(json.dumps({**config(toy, "unused").to_dict(), "output_dir": str(tmp_path / "run"), "max_steps": 1}))
+    configs = Path(__file__).parents[2] / "configs" / "accelerate"
+    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                           str(configs / launch_config), "--num_processes", "1", "-m", "venus_edge.train.sft", "--quiet",
+                           str(path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1])["steps"] == 1
