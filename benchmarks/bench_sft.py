@@ -6,7 +6,7 @@ Both train a random tiny Qwen3 (small BPE vocabulary, hidden 128, 2 layers) on t
 trajectories for the same number of optimizer steps (global batch 16 as 4 micro-batches of 4, AdamW, cosine schedule,
 clipping at 1.0, on the CPU). Printed: tokens/s of each (all tokens of the padded-free batches, not only trained
 ones) and the ratio ours / Trainer. The Trainer gets the same input ids with ``labels`` = -100 outside the assistant
-mask, and ``group_by_length`` so that its batches pad as little as ours.
+mask, and ``train_sampling_strategy="group_by_length"`` so that its batches pad as little as ours.
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ def _trainer(toy: Path) -> float:
     model = AutoModelForCausalLM.from_pretrained(toy / "base")
     arguments = TrainingArguments(
         output_dir=str(toy / f"trainer-{time.time_ns()}"), per_device_train_batch_size=4, gradient_accumulation_steps=4,
-        max_steps=STEPS, learning_rate=1e-3, lr_scheduler_type="cosine", warmup_ratio=0.1, adam_beta1=0.9,
+        max_steps=STEPS, learning_rate=1e-3, lr_scheduler_type="cosine", warmup_steps=1, adam_beta1=0.9,
         adam_beta2=0.95, weight_decay=0.01, max_grad_norm=1.0, report_to=[], save_strategy="no", logging_steps=1,
-        group_by_length=True, use_cpu=True, disable_tqdm=True, remove_unused_columns=False, seed=0,
+        train_sampling_strategy="group_by_length", use_cpu=True, disable_tqdm=True, remove_unused_columns=False, seed=0,
     )
     trainer = Trainer(model=model, args=arguments, train_dataset=rows, data_collator=collate)
     start = time.perf_counter()
