@@ -245,7 +245,7 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path) ->
     appending every session to ``journal``; returns (sessions answered correctly, sessions run)."""
     from venus_edge.agent import Agent, AgentConfig
     from venus_edge.testing import ScriptedEngine
-    from venus_edge.toolbox import default_tools
+    from venus_edge.toolbox import close_tools, default_tools
 
     tools = default_tools([corpus])
     correct = 0
@@ -259,8 +259,5 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path) ->
                 continue
             correct += int(result.answer is not None and result.answer.strip() == question.answer)
     finally:
-        for tool in tools:
-            close = getattr(tool, "close", None)
-            if callable(close):
-                close()
+        close_tools(tools)
     return correct, len(questions)

@@ -24,7 +24,7 @@ _MODULE_EXPORTS = {
     "grammar": ("GrammarLimits",),
     "models": ("resolve_model",),
     "openai_engine": ("OpenAIEngine",),
-    "toolbox": ("MergedSearchBackend", "default_tools"),
+    "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
     "turn": ("Turn",),
     "vocab": ("Vocabulary",),
@@ -62,7 +62,7 @@ if _TYPE_CHECKING:
     from venus_edge.grammar import GrammarLimits
     from venus_edge.models import resolve_model
     from venus_edge.openai_engine import OpenAIEngine
-    from venus_edge.toolbox import MergedSearchBackend, default_tools
+    from venus_edge.toolbox import MergedSearchBackend, close_tools, default_tools
     from venus_edge.tools import Tool, ToolError, ToolResult
     from venus_edge.trajectory import (
         Journal,

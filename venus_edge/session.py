@@ -142,7 +142,7 @@ def open_session(args: argparse.Namespace, *, logprobs: bool = False, samples: i
     # Imported here so that `venus-edge --help` stays fast.
     from venus_edge.agent import AgentConfig
     from venus_edge.engine import SamplingParams
-    from venus_edge.toolbox import default_tools
+    from venus_edge.toolbox import close_tools, default_tools
     from venus_edge.tools.errors import ToolError
 
     completer = _EngineWhenLoaded()
@@ -164,10 +164,7 @@ def open_session(args: argparse.Namespace, *, logprobs: bool = False, samples: i
         )
         yield Session(engine, tools, config)
     finally:
-        for tool in tools:  # visit's HTTP client: also ends any read still running
-            close = getattr(tool, "close", None)
-            if callable(close):
-                close()
+        close_tools(tools)
         if engine is not None:
             engine.close()
 

@@ -21,7 +21,7 @@ from venus_edge.tools.search import (
 from venus_edge.tools.visit import VISIT_SCHEMA, VisitTool
 from venus_edge.tools.web_search import SearchAttempt
 
-__all__ = ["MergedSearchBackend", "default_tools"]
+__all__ = ["MergedSearchBackend", "close_tools", "default_tools"]
 
 
 class MergedSearchBackend:
@@ -136,3 +136,11 @@ def default_tools(
     if record_dir is not None:
         tools = [RecordingTool(tool, record_dir) for tool in tools]
     return tools
+
+
+def close_tools(tools: Sequence[Tool]) -> None:
+    """Close every tool that holds resources (visit's HTTP client, which also ends any read still running)."""
+    for tool in tools:
+        close = getattr(tool, "close", None)
+        if callable(close):
+            close()
