@@ -71,6 +71,8 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     tiny.add_argument("--hidden", type=int, default=256, help="hidden size (default 256)")
     tiny.add_argument("--layers", type=int, default=4, help="layers (default 4)")
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--pretrain-copying", type=int, default=0, metavar="STEPS",
+                      help="then pretrain it STEPS steps to copy (spans of the texts repeated; default 0: random)")
     tiny.set_defaults(_command_parser=tiny)
 
 
@@ -181,6 +183,11 @@ def _tiny_model(args: argparse.Namespace) -> int:
     try:
         folder = write_tiny_model(args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers,
                                   seed=args.seed)
+        if args.pretrain_copying:
+            from venus_edge.train.tinymodel import pretrain_copying
+
+            losses = pretrain_copying(folder, args.texts, steps=args.pretrain_copying, seed=args.seed)
+            print(f"pretrained to copy: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,8 @@ and trajectories written by a scripted oracle through the real agent loop, tools
     venus-edge train toy-world OUT [--people 80] [--seed 0]
 
 writes ``OUT/corpus/`` (one Markdown page per person), ``OUT/questions-train.jsonl`` and
-``OUT/questions-heldout.jsonl`` (the held-out questions ask about people no training question is about), and
+``OUT/questions-heldout.jsonl`` (the held-out questions ask about people no training question is about, whose names
+pair a first name and a surname that training people carry), and
 ``OUT/trajectories.jsonl``: one journal session per training question, run by ``Agent`` with the corpus's
 ``search`` and extractive ``visit`` tools, as ``venus-edge research --corpus OUT/corpus --extractive-visit`` runs them.
 
@@ -23,6 +24,7 @@ the visited page); when an observation does not hold what it needs, it gives up 
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -115,6 +117,31 @@ def _word(rng: random.Random, syllables: int) -> str:
     return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)).capitalize()
 
 
+def _distinct_words(rng: random.Random, count: int, syllables: tuple[int, ...], avoid: set[str] = frozenset()) -> list[str]:
+    words: list[str] = []
+    while len(words) < count:
+        word = _word(rng, rng.choice(syllables))
+        if word not in words and word not in avoid and len(word) <= 12:
+            words.append(word)
+    return words
+
+
+def _heldout_people(shuffled: Sequence[Person], count: int) -> list[Person]:
+    """The first ``count`` people whose first name and surname each stay on some other person (training side)."""
+    uses: dict[str, int] = {}
+    for person in shuffled:
+        for part in person.name.split(" "):
+            uses[part] = uses.get(part, 0) + 1
+    chosen = []
+    for person in shuffled:
+        parts = person.name.split(" ")
+        if len(chosen) < count and all(uses[part] > 1 for part in parts):
+            chosen.append(person)
+            for part in parts:
+                uses[part] -= 1
+    return chosen
+
+
 def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, heldout_share: float = 0.25) -> ToyWorld:
     """Write the corpus and question files of a world of ``people`` invented people under ``out_dir``.
 
@@ -127,12 +154,13 @@ def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, held
     if people < 8 or not 0 < heldout_share < 1:
         raise ValueError("a world needs at least 8 people and a held-out share between 0 and 1")
     rng = random.Random(seed)
-    names: list[str] = []
-    while len(names) < people:
-        name = f"{_word(rng, rng.choice((1, 2)))} {_word(rng, 2)}"
-        if name not in names and len(name) <= 24:
-            names.append(name)
-    towns = sorted({_word(rng, 2) for _ in range(people // 3 + 3)})
+    # Names and towns come from closed pools: a held-out person's name is a new pairing of a first name and a
+    # surname that training people also carry, so a model can learn to copy names instead of memorizing people.
+    pool = max(6, math.isqrt(3 * people))
+    firsts = _distinct_words(rng, pool, (1, 2))
+    lasts = _distinct_words(rng, pool, (2,), avoid=set(firsts))
+    names = rng.sample([f"{first} {last}" for first in firsts for last in lasts], people)
+    towns = _distinct_words(rng, max(6, people // 10), (2,), avoid=set(firsts) | set(lasts))
     persons = []
     for index, name in enumerate(names):
         mentor = names[rng.randrange(index)] if index >= people // 5 else None
@@ -146,8 +174,8 @@ def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, held
         (corpus / f"{person.slug}.md").write_text(person.page(), encoding="utf-8")
     subjects = list(persons)
     rng.shuffle(subjects)
-    cut = max(1, round(len(subjects) * heldout_share))
-    split = {"heldout": subjects[:cut], "train": subjects[cut:]}
+    split = {"heldout": _heldout_people(subjects, max(1, round(len(subjects) * heldout_share)))}
+    split["train"] = [p for p in subjects if p not in split["heldout"]]
     questions: dict[str, list[ToyQuestion]] = {}
     for part, group in split.items():
         questions[part] = []

@@ -35,6 +35,16 @@ def test_facts_are_past_the_snippet_and_heldout_subjects_are_new(tmp_path):
         assert question.answer == str(getattr(target, question.kind.rstrip("2")))
 
 
+@pytest.mark.parametrize("people", [8, 40, 200])
+def test_heldout_names_pair_parts_that_training_people_carry(tmp_path, people):
+    world = generate_world(tmp_path, people=people, seed=1)
+    trained_parts = {part for q in world.train for part in q.subject.split(" ")}
+    heldout = {q.subject for q in world.heldout}
+    assert heldout and all(set(name.split(" ")) <= trained_parts for name in heldout)
+    assert len({p.name for p in world.people}) == people
+    assert len({p.town for p in world.people}) <= max(6, people // 10)
+
+
 def test_the_oracle_answers_through_the_real_loop_and_tools(tmp_path):
     world = generate_world(tmp_path, people=16, seed=2)
     questions = [q for q in world.train if q.hops == 2][:3] + [q for q in world.train if q.hops == 1][:3]

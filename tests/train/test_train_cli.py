@@ -75,3 +75,23 @@ def test_tiny_model_usage_errors(tmp_path, capsys, arguments, message):
     assert message in capsys.readouterr().err
     assert main(["train", "tiny-model", str(tmp_path / "missing.md"), "--out", str(tmp_path / "m")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_copy_pretraining_teaches_a_random_model_to_repeat_a_span(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from venus_edge.train.tinymodel import pretrain_copying, write_tiny_model
+
+    words = ["Kemtus", "Turrok", "Bromdeok", "Feotaik", "weaver", "1862", "glassblower", "Nailfus", "Baikdak", "of"]
+    rng = __import__("random").Random(0)
+    (tmp_path / "t.md").write_text(" ".join(rng.choice(words) for _ in range(3000)))
+    folder = write_tiny_model([tmp_path / "t.md"], tmp_path / "m", vocab=512, hidden=64, layers=2)
+    before = (folder / "model.safetensors").read_bytes()
+    losses = pretrain_copying(folder, [tmp_path / "t.md"], steps=60, batch=16, span=24)
+    assert len(losses) == 60 and (folder / "model.safetensors").read_bytes() != before
+    # ten words in random order: ~2.3 nats a word without looking back; copying the first half gets far below
+    assert sum(losses[:5]) / 5 > 1.5 and sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+    with pytest.raises(ValueError, match="fewer than one span"):
+        pretrain_copying(folder, [tmp_path / "t.md"], steps=1, span=100_000)
+    assert main(["train", "tiny-model", str(tmp_path / "t.md"), "--out", str(tmp_path / "n"), "--vocab", "512",
+                 "--hidden", "64", "--layers", "2", "--pretrain-copying", "2"]) == 0
+    assert "pretrained to copy: 2 steps" in capsys.readouterr().out
