@@ -32,7 +32,6 @@ it sees at inference.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field

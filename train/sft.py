@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import random
 import shutil
 import sys
@@ -36,8 +35,9 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
+from venus_edge.train.config import ConfigFile, betas, flag, number, optional, paths, text
 from venus_edge.train.data import load_samples
 from venus_edge.train.tokenize import TokenizedSample, tokenize_samples
 
@@ -57,7 +57,7 @@ class LoraSettings:
 
 
 @dataclass(frozen=True)
-class SFTConfig:
+class SFTConfig(ConfigFile):
     """One SFT run (a YAML or JSON file; relative paths are relative to the file).
 
     Attributes:
@@ -99,60 +99,9 @@ class SFTConfig:
     keep_checkpoints: int = 2
     max_steps: int | None = None
 
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> SFTConfig:
-        """Read a YAML/JSON config; ``overrides`` replace its keys.
-
-        Raises:
-            ValueError: an unknown key, a missing required key, or a value of the wrong kind.
-        """
-        import yaml
-
-        path = Path(path)
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not YAML or JSON ({exc})") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"{path}: a config is a mapping of settings, got {type(raw).__name__}")
-        base = path.parent
-        for key in ("model", "tokenizer", "output_dir"):
-            value = raw.get(key)
-            # a relative path is the config folder's; a hub id (owner/name) that is no file there stays as it is
-            if isinstance(value, str) and not Path(value).is_absolute() and (key == "output_dir" or (base / value).exists()):
-                raw[key] = str(base / value)
-        data = raw.get("data")
-        if isinstance(data, (str, list)):
-            raw["data"] = [str(p if Path(str(p)).is_absolute() else base / str(p)) for p in ([data] if isinstance(data, str) else data)]
-        raw.update({k: v for k, v in overrides.items() if v is not None})  # command-line values: as given
-        return cls.from_dict(raw, source=str(path))
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], *, source: str = "config") -> SFTConfig:
-        """A config from a mapping of settings, each converted to its field's type.
-
-        Raises:
-            ValueError: an unknown or missing setting, or a value that is not of its setting's kind.
-        """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - names)
-        if unknown:
-            raise ValueError(f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        missing = [n for n in ("model", "data", "output_dir") if not raw.get(n)]
-        if missing:
-            raise ValueError(f"{source}: missing required setting(s) {', '.join(missing)}")
-        values: dict[str, Any] = {}
-        for name, value in raw.items():
-            try:
-                values[name] = _CONVERTERS.get(name, _text)(value)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{source}: {name}: {exc}") from None
-        config = cls(**values)
-        try:
-            config.check()
-        except ValueError as exc:
-            raise ValueError(f"{source}: {exc}") from None
-        return config
+    required_settings: ClassVar[tuple[str, ...]] = ("model", "data", "output_dir")
+    path_settings: ClassVar[tuple[str, ...]] = ("model", "tokenizer", "output_dir")
+    path_list_settings: ClassVar[tuple[str, ...]] = ("data",)
 
     def check(self) -> None:
         """Raises ValueError for settings that cannot train."""
@@ -170,54 +119,8 @@ class SFTConfig:
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 (or left out for the whole run), got {self.max_steps}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self)))
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return value
-
-
-def _number(kind: type) -> Any:
-    def convert(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError(f"expected a number, got {value!r}")
-        number = float(value)  # YAML reads 1e-5 (no dot) as a string
-        if kind is int and number != int(number):
-            raise ValueError(f"expected a whole number, got {value!r}")
-        return kind(number)
-    return convert
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
-
-
-def _optional(convert: Any) -> Any:
-    return lambda value: None if value is None else convert(value)
-
-
-def _paths(value: Any) -> tuple[str, ...]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not items or not all(isinstance(p, str) and p for p in items):
-        raise ValueError(f"expected a file or a list of files, got {value!r}")
-    return tuple(items)
-
-
-def _betas(value: Any) -> tuple[float, float]:
-    if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise ValueError(f"expected two numbers [beta1, beta2], got {value!r}")
-    beta1, beta2 = (_number(float)(b) for b in value)
-    if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
-        raise ValueError(f"betas must lie in [0, 1), got {value!r}")
-    return beta1, beta2
-
-
-def _lora(value: Any) -> LoraSettings | None:
+def lora_settings(value: Any) -> LoraSettings | None:
+    """``lora:`` of a config: true (defaults), false/None, or a mapping of r, alpha, dropout, target_modules."""
     if value is None or value is False:
         return None
     if value is True:
@@ -230,18 +133,18 @@ def _lora(value: Any) -> LoraSettings | None:
     settings: dict[str, Any] = {}
     for name, item in value.items():
         if name == "target_modules":
-            settings[name] = _paths(item)
+            settings[name] = paths(item)
         else:
-            settings[name] = _number(float if name == "dropout" else int)(item)
+            settings[name] = number(float if name == "dropout" else int)(item)
     return LoraSettings(**settings)
 
 
-_CONVERTERS: dict[str, Any] = {
-    "data": _paths, "tokenizer": _optional(_text), "max_tokens": _number(int), "epochs": _number(float),
-    "global_batch_size": _number(int), "micro_batch_size": _number(int), "learning_rate": _number(float),
-    "warmup_ratio": _number(float), "adam_betas": _betas, "weight_decay": _number(float),
-    "max_grad_norm": _number(float), "gradient_checkpointing": _flag, "lora": _lora, "seed": _number(int),
-    "save_every": _number(int), "keep_checkpoints": _number(int), "max_steps": _optional(_number(int)),
+SFTConfig.converters = {
+    "data": paths, "tokenizer": optional(text), "max_tokens": number(int), "epochs": number(float),
+    "global_batch_size": number(int), "micro_batch_size": number(int), "learning_rate": number(float),
+    "warmup_ratio": number(float), "adam_betas": betas, "weight_decay": number(float),
+    "max_grad_norm": number(float), "gradient_checkpointing": flag, "lora": lora_settings, "seed": number(int),
+    "save_every": number(int), "keep_checkpoints": number(int), "max_steps": optional(number(int)),
 }
 
 
@@ -524,17 +427,17 @@ def _save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) 
 
 
 class _Progress:
-    """A rich progress bar with the loss, trained tokens/s and ETA (nothing when disabled)."""
+    """A rich progress bar with a figure (the loss; IGPO: the reward), tokens/s and ETA (nothing when disabled)."""
 
-    def __init__(self, total: int, done: int, *, enabled: bool) -> None:
+    def __init__(self, total: int, done: int, *, enabled: bool, label: str = "sft", figure: str = "loss") -> None:
         self.progress = None
         if enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.progress = Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} tok/s"),
-                                     TimeRemainingColumn(), transient=False)
-            self.task = self.progress.add_task("sft", total=total, completed=done, loss="-", speed="-")
+            self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn(figure + " {task.fields[loss]}"),
+                                     TextColumn("{task.fields[speed]} tok/s"), TimeRemainingColumn(), transient=False)
+            self.task = self.progress.add_task(label, total=total, completed=done, loss="-", speed="-")
 
     def __enter__(self) -> _Progress:
         if self.progress is not None:
