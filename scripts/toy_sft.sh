@@ -15,22 +15,11 @@ PEOPLE=${PEOPLE:-80}
 EPOCHS=${EPOCHS:-12}
 HIDDEN=${HIDDEN:-128}
 LAYERS=${LAYERS:-2}
+PRETRAIN=${PRETRAIN:-300}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 BEFORE_LIMIT=${BEFORE_LIMIT:-10}
-VE=.venv/bin/venus-edge
-PY=.venv/bin/python
 mkdir -p "$OUT"
-# The sessions as the oracle ran them: corpus search (10 results) and extractive visit, a few turns, greedy.
-EVAL_FLAGS=(--extractive-visit --max-turns 6 --max-tokens 160 --n-ctx 8192 --temperature 0 --quiet --no-plot)
-
-evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR LIMIT
-  local model=$1
-  if [ -d "$model" ]; then
-    $VE quantize "$model" --types Q8_0 --out "$model-gguf" --quiet --agentic-tokens 0 > /dev/null
-    model=$(ls "$model-gguf"/*Q8_0*.gguf)
-  fi
-  $VE eval "$3" --model "$model" --corpus "$2" --limit "$5" --out "$4" "${EVAL_FLAGS[@]}" > /dev/null || true
-}
+source scripts/toy_eval.sh
 
 echo "| seed | well-formed before | accuracy before | well-formed after | accuracy after | no-tool baseline | SFT steps | SFT s |" > "$OUT/summary.md"
 echo "|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
@@ -39,7 +28,7 @@ for SEED in $SEEDS; do
   rm -rf "$RUN"
   $VE train toy-world "$RUN/world" --people "$PEOPLE" --seed "$SEED"
   $VE train clean "$RUN/world/trajectories.jsonl" --out "$RUN/sft.jsonl" > /dev/null
-  $VE train tiny-model "$RUN/sft.jsonl" "$RUN/world/corpus" --out "$RUN/base" --vocab 2048 --hidden "$HIDDEN" --layers "$LAYERS" --seed "$SEED"
+  $VE train tiny-model "$RUN/sft.jsonl" --out "$RUN/base" --vocab 2048 --hidden "$HIDDEN" --layers "$LAYERS" --seed "$SEED" --pretrain-copying "$PRETRAIN"
   cat > "$RUN/sft.yaml" <<YAML
 # A random-weight model learns the protocol from scratch: a higher learning rate and many epochs than the
 # recipe's fine-tuning of a pretrained model (lr 1e-5, 1 epoch).

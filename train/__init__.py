@@ -1,7 +1,9 @@
 """Training that produces DR-Venus checkpoints: the SFT data pipeline (trajectories in from journals, OpenAI-messages
 and ShareGPT rows, cleaned into the trained protocol with a report, long ones resampled, tokenized with the
 assistant mask: ``venus-edge train clean``), the SFT trainer (transformers + accelerate: ``venus-edge train sft``),
-and a toy research world with tiny models to run it all on a CPU (``scripts/toy_sft.sh``).
+IGPO (rollouts through the agent loop on a transformers engine, information-gain turn rewards, group-normalized
+discounted advantages, PPO-clip with KL: ``venus-edge train igpo``), and a toy research world with tiny models to
+run it all on a CPU (``scripts/toy_sft.sh``, ``scripts/toy_igpo.sh``).
 
     from venus_edge.train import CleanContext, clean_samples, load_samples, resample, tokenize_samples
     loaded = load_samples(["REDSearcher_SFT_10K.parquet", "runs/trajectories.jsonl"])
@@ -10,7 +12,8 @@ and a toy research world with tiny models to run it all on a CPU (``scripts/toy_
     tokenized, rejected = tokenize_samples(samples, tokenizer, max_tokens=32768)   # a Hugging Face fast tokenizer
 
 Every name a module of this package lists in its ``__all__`` is exported here, loaded on first use. Only the
-trainer (``train_sft``) and ``write_tiny_model`` import torch, transformers or the quantize extra, when called.
+trainers, the IGPO scoring and engine, and ``write_tiny_model`` import torch, transformers or the quantize extra,
+when called.
 """
 
 import importlib as _importlib
@@ -21,7 +24,14 @@ _MODULE_EXPORTS = {
               "drop_duplicate_calls", "exact_match_judge", "fix_text", "keep_correct", "normalize_arguments",
               "parse_markdown_search", "prune_unknown_tools", "rebuild_turns", "set_system_prompt",
               "validate_structure"),
+    "config": ("ConfigFile",),
     "data": ("LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"),
+    "hf_engine": ("GenerationCall", "TransformersEngine"),
+    "igpo": ("AdvantageStats", "NORMALIZATIONS", "TurnReward", "discounted_returns", "igpo_advantages",
+             "information_gains", "low_variance_kl", "policy_loss", "turn_advantages"),
+    "igpo_rollout": ("Rollout", "TrainingSequence", "assemble", "outcome_score", "run_rollout", "turn_rewards"),
+    "igpo_scoring": ("PseudoAnswer", "cache_keyword", "pseudo_answer", "score_boundaries", "score_boundaries_directly"),
+    "igpo_trainer": ("IGPOConfig", "IGPOResult", "train_igpo"),
     "resampling": ("DEFAULT_MULTIPLIERS", "DEFAULT_THRESHOLDS", "ResampleReport", "resample"),
     "sft": ("LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft"),
     "tinymodel": ("write_tiny_model",),

@@ -19,7 +19,7 @@ __all__ = ["add_command", "run"]
 
 def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``train`` and its sub-commands."""
-    train = commands.add_parser("train", help="prepare training data and train a checkpoint (SFT)")
+    train = commands.add_parser("train", help="prepare training data and train a checkpoint (SFT, IGPO)")
     sub = train.add_subparsers(dest="train_command", required=True, metavar="STEP")
     clean = sub.add_parser(
         "clean", help="clean trajectories into the trained protocol, with a report",
@@ -50,6 +50,19 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     sft.add_argument("--output-dir", default=None, metavar="DIR", help="override the config's output_dir")
     sft.add_argument("--quiet", action="store_true", help="no progress bar")
     sft.set_defaults(_command_parser=sft)
+
+    igpo = sub.add_parser("igpo", help="IGPO: RL with information-gain turn rewards from an SFT checkpoint",
+                          description="Train the model of CONFIG (YAML or JSON; see venus_edge.train.IGPOConfig) with "
+                                      "rollouts through the agent loop on its questions and corpus. A rerun resumes "
+                                      "from the newest checkpoint. Several processes: accelerate launch --config_file "
+                                      "configs/accelerate/<x>.yaml -m venus_edge.train.igpo_trainer CONFIG")
+    igpo.add_argument("config", type=Path, metavar="CONFIG", help="the run's settings")
+    igpo.add_argument("--steps", type=int, default=None, metavar="N", help="override the config's steps")
+    igpo.add_argument("--output-dir", default=None, metavar="DIR", help="override the config's output_dir")
+    igpo.add_argument("--outcome-only", action="store_true",
+                      help="the ablation: no information-gain rewards (outcome and format penalties only)")
+    igpo.add_argument("--quiet", action="store_true", help="no progress bar")
+    igpo.set_defaults(_command_parser=igpo)
 
     toy = sub.add_parser("toy-world", help="generate the toy research world and its oracle trajectories",
                          description="Write OUT/corpus (invented people's pages), OUT/questions-train.jsonl, "
@@ -82,6 +95,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _clean(args, args._command_parser)
     if args.train_command == "sft":
         return _sft(args)
+    if args.train_command == "igpo":
+        return _igpo(args)
     if args.train_command == "toy-world":
         return _toy_world(args)
     if args.train_command == "tiny-model":
@@ -156,6 +171,28 @@ def _sft(args: argparse.Namespace) -> int:
     loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "-"
     print(f"{result.steps} steps{resumed}; last loss {loss}; {result.tokens_per_s:.0f} trained tokens/s; "
           f"{len(result.skipped)} samples skipped" + (f"; model in {result.final_dir}" if result.final_dir else ""))
+    return 0
+
+
+def _igpo(args: argparse.Namespace) -> int:
+    from venus_edge.train.igpo_trainer import IGPOConfig, train_igpo
+
+    try:
+        config = IGPOConfig.from_file(args.config, steps=args.steps, output_dir=args.output_dir,
+                                      information_gain=False if args.outcome_only else None)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = train_igpo(config, progress=not args.quiet)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
+    last = result.last
+    figures = (f"; last step: reward {last['reward']}, accuracy {last['accuracy']}, kl {last['kl']}"
+               if last else "")
+    print(f"{result.steps} steps{resumed}{figures}" + (f"; model in {result.final_dir}" if result.final_dir else ""))
     return 0
 
 

@@ -1,0 +1,25 @@
+# Sourced by scripts/toy_sft.sh and scripts/toy_igpo.sh: the held-out evaluation of a toy checkpoint, through
+# venus-edge research on its exported GGUF without a grammar.
+VE=${VE:-.venv/bin/venus-edge}
+PY=${PY:-.venv/bin/python}
+# The sessions as the oracle ran them: corpus search (10 results) and extractive visit, a few turns, greedy.
+EVAL_FLAGS=(--extractive-visit --max-turns 6 --max-tokens 160 --n-ctx 8192 --temperature 0 --quiet --no-plot)
+
+evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR LIMIT
+  local model=$1
+  if [ -d "$model" ]; then
+    $VE quantize "$model" --types Q8_0 --out "$model-gguf" --quiet --agentic-tokens 0 > /dev/null 2>&1
+    model=$(ls "$model-gguf"/*Q8_0*.gguf)
+  fi
+  $VE eval "$3" --model "$model" --corpus "$2" --limit "$5" --out "$4" "${EVAL_FLAGS[@]}" > /dev/null 2>&1 || true
+}
+
+figures() {  # figures EVAL_DIR -> "well_formed_turns | pass@1"
+  $PY - "$1" <<'PYTHON'
+import json, sys
+from pathlib import Path
+path = Path(sys.argv[1]) / "summary.json"
+data = json.loads(path.read_text()) if path.exists() else {}
+print(f"{data.get('well_formed_turns', '-')} | {data.get('pass@1', '-')}")
+PYTHON
+}
