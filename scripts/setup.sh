@@ -35,7 +35,7 @@ fi
 
 # torch is pinned to the CPU build that this project's machines carry on disk; a newer one is a CUDA download.
 $PIP install -q "torch==2.13.0"
-$PIP install -q --find-links "$CACHE/wheels" -e ".[all,train]"
+$PIP install -q --find-links "$CACHE/wheels" -e ".[all,train,distributed]"
 # llama.cpp's own server and benchmark, built from the same source package (cached like the wheel).
 bash scripts/build_llama_tools.sh
 

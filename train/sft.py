@@ -299,9 +299,11 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}],
                                   lr=config.learning_rate, betas=config.adam_betas)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
     _fix_deepspeed_batch(accelerator, config, per_step)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # The schedule is built on the prepared optimizer: DeepSpeed ZeRO-3's holds its own parameter groups.
+    scheduler = accelerator.prepare(
+        get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps))
 
     start = 0
     fingerprint = _fingerprint(config, len(tokenized))
