@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The toy SFT pipeline end to end, on a CPU, for each seed in SEEDS (default "0 1 2"):
-#   world + oracle trajectories -> clean -> tiny Qwen3 with a small BPE -> eval before -> SFT -> GGUF -> eval after
+#   world + oracle trajectories -> clean -> tiny Qwen3 with a small BPE, pretrained to copy -> eval before -> SFT
+#   -> GGUF -> eval after
 #   bash scripts/toy_sft.sh [OUT]            (default runs/toy-sft; set up .venv first: bash scripts/setup.sh)
-# Settings: SEEDS, PEOPLE (default 80), EPOCHS (default 12), HIDDEN (128), LAYERS (2), EVAL_LIMIT (held-out
-# questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10: a random model retries every turn 5 times).
+# Settings: SEEDS, PEOPLE (default 120), EPOCHS (default 8), HIDDEN (128), LAYERS (2), PRETRAIN (copy-pretraining
+# steps, default 300), EVAL_LIMIT (held-out questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10:
+# a random model retries every turn 5 times).
 # The no-tool baseline is the best constant answer per question kind, read from the training answers.
 # Prints one line per seed (well-formed turn rate and accuracy on held-out questions, before and after) and writes
 # OUT/summary.md.
@@ -11,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/toy-sft}
 SEEDS=${SEEDS:-"0 1 2"}
-PEOPLE=${PEOPLE:-80}
-EPOCHS=${EPOCHS:-12}
+PEOPLE=${PEOPLE:-120}
+EPOCHS=${EPOCHS:-8}
 HIDDEN=${HIDDEN:-128}
 LAYERS=${LAYERS:-2}
 PRETRAIN=${PRETRAIN:-300}

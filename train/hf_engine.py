@@ -118,8 +118,20 @@ class TransformersEngine:
         room = self._n_ctx - len(prompt)
         if room < 1 or not prompt:
             raise ContextOverflowError(len(prompt), self._n_ctx, "raise n_ctx or use the force-answer policy")
-        generator = torch.Generator().manual_seed(seed if seed is not None else 0)
+        device = next(self.model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(seed if seed is not None else 0)
         start = time.perf_counter()
+        try:
+            return self._generate(prompt, room, sampling, stop, stop_text_if, on_text, generator, start)
+        except BaseException:
+            self.forget_cache()  # a forward that failed part-way leaves the cache in an unknown state
+            raise
+
+    def _generate(self, prompt: list[int], room: int, sampling: SamplingParams, stop: Sequence[str],
+                  stop_text_if: StopTextRule | None, on_text: TokenCallback | None, generator: Any,
+                  start: float) -> Completion:
+        import torch
+
         reused = self._prefill(prompt)
         first = time.perf_counter()
         stop_ids = {self._vocab[text]: text for text in stop if text in self._vocab}
@@ -151,13 +163,14 @@ class TransformersEngine:
                 if len(sampled) >= max_tokens:
                     break
                 logits = self._step(token)
-        if finish == "length" and len(text) < len(self.detokenize(sampled)):
-            stream.feed(self.detokenize(sampled)[len(text):])
+        kept = sampled if finish in ("length", "stop") and stream.stop_hit not in stop_ids.values() else sampled[:-1]
         if finish != "stop" or stream.stop_hit in stop_ids.values():
+            full = self.detokenize(kept)  # a character still incomplete at the end is written as U+FFFD
+            if len(full) > len(text):
+                stream.feed(full[len(text):])
             stream.flush()
         end = time.perf_counter()
         self.calls.append(GenerationCall(tuple(prompt), tuple(sampled), tuple(logprobs)))
-        kept = sampled if finish in ("length", "stop") and stream.stop_hit not in stop_ids.values() else sampled[:-1]
         stats = GenerationStats(prompt_tokens=len(prompt), prompt_tokens_evaluated=len(prompt) - reused,
                                 prompt_tokens_reused=reused, tokens_decoded=len(sampled), prefill_s=first - start,
                                 decode_s=end - first)
@@ -185,7 +198,8 @@ class TransformersEngine:
         device = next(self.model.parameters()).device
         with torch.no_grad():
             chunk = torch.tensor([prompt[shared:]], device=device)
-            out = self.model(input_ids=chunk, use_cache=True, **{cache_keyword(self.model): self._cache})
+            out = self.model(input_ids=chunk, use_cache=True, logits_to_keep=1,
+                             **{cache_keyword(self.model): self._cache})
         self._cached_ids = list(prompt)
         self._last_logits = out.logits[0, -1]
         return shared
@@ -196,8 +210,9 @@ class TransformersEngine:
         from venus_edge.train.igpo_scoring import cache_keyword
 
         device = next(self.model.parameters()).device
-        out = self.model(input_ids=torch.tensor([[token]], device=device), use_cache=True,
-                         **{cache_keyword(self.model): self._cache})
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([[token]], device=device), use_cache=True,
+                             **{cache_keyword(self.model): self._cache})
         self._cached_ids.append(token)
         return out.logits[0, -1]
 

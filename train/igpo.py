@@ -34,7 +34,7 @@ __all__ = [
     "AdvantageStats",
     "NORMALIZATIONS",
     "TurnReward",
-        "discounted_returns",
+    "discounted_returns",
     "information_gains",
     "igpo_advantages",
     "low_variance_kl",

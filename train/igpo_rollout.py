@@ -151,8 +151,8 @@ def turn_rewards(
 
     The boundary before turn 0 is the baseline; the boundary before turn t >= 1 is scored when turn t-1 called a
     tool in ``score_after`` (None: any tool). IG_t goes to turn t-1. A turn with a format error gets
-    ``format_penalty`` in place of its reward (a malformed answer turn: as its outcome). The outcome goes to the
-    last turn. ``information_gain=False`` is the outcome-only ablation (format penalties stay).
+    ``format_penalty`` in place of its reward. The outcome goes to the last turn, which is the answer turn whatever
+    it holds: when it is no well-formed answer the penalty is its outcome. ``information_gain=False`` is the outcome-only ablation (format penalties stay).
 
     Sets ``rollout.boundary_scores`` and returns the rewards.
     """
@@ -186,7 +186,11 @@ def turn_rewards(
         elif gains[t + 1] is not None:
             rewards.append(TurnReward(t, gains[t + 1], "information_gain"))
     if count:
-        malformed_answer = turns[last]["kind"] == "answer" and turns[last]["format_errors"]
+        # The last turn is the answer turn whatever it holds (the reference checks it as one): a turn that is no
+        # well-formed answer (unclosed, a call in the forced final turn) is penalized; an infrastructure failure
+        # is not the policy's and keeps outcome 0.
+        final = turns[last]
+        malformed_answer = rollout.failure is None and (final["kind"] != "answer" or bool(final["format_errors"]))
         rewards.append(TurnReward(last, format_penalty if malformed_answer else rollout.outcome, "outcome"))
     return rewards
 
@@ -217,6 +221,9 @@ def run_rollout(
     from venus_edge.agent import Agent
     from venus_edge.events import ToolCalled, TurnCompleted
 
+    if agent_config.max_retries != 1:
+        raise ValueError("IGPO rollouts need max_retries=1: a retried turn would shift turns against calls, and "
+                         "malformed turns stay in the context with their penalty, as in training")
     engine.reset_calls()
     rollout = Rollout(group=group, question=question, answers=tuple(answers))
     tool_of: dict[int, str] = {}

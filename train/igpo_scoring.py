@@ -65,7 +65,7 @@ def _answer_score(logits: "torch.Tensor", answer: PseudoAnswer) -> float:
     """Mean log-prob of the answer span; ``logits[k]`` predicts pseudo-answer token k."""
     import torch
 
-    targets = torch.tensor(answer.token_ids[answer.start:answer.end])
+    targets = torch.tensor(answer.token_ids[answer.start:answer.end], device=logits.device)
     rows = torch.log_softmax(logits[answer.start:answer.end].float(), dim=-1)
     return float(rows.gather(1, targets[:, None]).mean())
 
@@ -104,7 +104,7 @@ def score_boundaries(model: Any, sequence: Sequence[int], boundaries: Sequence[i
             boundary = boundaries[index]
             if boundary > fed:
                 chunk = torch.tensor([list(sequence[fed:boundary])], device=device)
-                last_logits = model(input_ids=chunk, use_cache=True, **{keyword: cache}).logits[0, -1:]
+                last_logits = model(input_ids=chunk, use_cache=True, logits_to_keep=1, **{keyword: cache}).logits[0, -1:]
                 fed = boundary
             answer_ids = torch.tensor([list(answer.token_ids)], device=device)
             logits = model(input_ids=answer_ids, use_cache=True, **{keyword: cache}).logits[0]

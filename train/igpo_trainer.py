@@ -24,6 +24,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import date as Date
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
@@ -210,6 +211,16 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
         accelerator.print(f"resumed from {path} (step {start} of {config.steps})")
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    # The system prompt carries the date: a run resumed on a later day must keep the date it started with.
+    date_file = output_dir / "run_date.txt"
+    if start == 0 or not date_file.is_file():
+        date_file.write_text(Date.today().isoformat() + "\n")
+    today = Date.fromisoformat(date_file.read_text().strip())
+    for name in ("log.jsonl", "rollouts.jsonl"):  # rows of steps after the checkpoint are redone: drop them
+        path = output_dir / name
+        if path.is_file():
+            kept = [row for row in path.read_text(encoding="utf-8").splitlines() if json.loads(row)["step"] <= start]
+            path.write_text("".join(row + "\n" for row in kept), encoding="utf-8")
     if start >= config.steps:
         final = output_dir / "final"
         return IGPOResult(start, start, final if final.is_dir() else None, {},
@@ -234,11 +245,14 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                 rollouts: list[Rollout] = []
                 for q, example in enumerate(drawn):
                     for g in range(config.group_size):
+                        # the agent samples turn k with seed + k: rollouts' seeds lie max_turns + 2 apart
+                        rollout_seed = ((config.seed * 7919 + step) * 100_003 + q * config.group_size + g) * (
+                            config.max_turns + 2)
                         agent_config = AgentConfig(max_turns=config.max_turns, max_retries=1, sampling=sampling,
-                                                   seed=(config.seed * 7919 + step) * 100_003 + q * config.group_size + g,
+                                                   seed=rollout_seed, today=today,
                                                    answer_reserve_tokens=min(1024, config.n_ctx // 4))
                         rollouts.append(run_rollout(
-                            engine, tools, example.question, example.answers, group=example.id,
+                            engine, tools, example.question, example.answers, group=f"{q}:{example.id}",
                             agent_config=agent_config, outcome_metric=config.outcome_metric,
                             model=policy if config.information_gain else None,
                             encode=tokenizer if config.information_gain else None,

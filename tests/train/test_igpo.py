@@ -140,6 +140,13 @@ def test_format_penalties_replace_turn_rewards_and_a_malformed_answer_scores_min
     assert [(r.turn, r.value, r.kind) for r in rewards] == [(0, -1.0, "format_penalty"), (2, -1.0, "outcome")]
     rollout.turns[2]["format_errors"] = 0
     assert turn_rewards(rollout, calls, None, None)[-1].value == 1.0
+    # the last turn is the answer turn whatever it holds: unclosed (malformed) or a call in the forced final turn
+    for kind in ("malformed", "tool_call"):
+        rollout.turns[2] = {"kind": kind, "tool": "visit", "format_errors": int(kind == "malformed")}
+        assert turn_rewards(rollout, calls, None, None)[-1].value == -1.0
+    rollout.failure = "RuntimeError: the engine died"  # not the policy's doing: outcome 0 stays
+    rollout.outcome = 0.0
+    assert turn_rewards(rollout, calls, None, None)[-1].value == 0.0
 
 
 def test_sequences_are_split_where_the_context_rewrote_what_was_sampled():
@@ -187,8 +194,11 @@ def test_rollout_failures_score_instead_of_stopping_training(toy):
         close_tools(tools)
     assert crashed.failure == "RuntimeError: the engine died" and crashed.outcome == 0.0
     assert crashed.rewards[-1].kind == "outcome" and crashed.rewards[-1].value == 0.0
-    assert never.failure is None and not never.correct and never.rewards[-1].value == 0.0
-    assert never.termination != "answered"
+    assert never.failure is None and not never.correct and never.termination != "answered"
+    assert never.rewards[-1].value == -1.0  # its forced final turn was a search, not an answer
+    with pytest.raises(ValueError, match="max_retries=1"):
+        run_rollout(OracleEngine(question, tokenizer), [], question.question, [question.answer], group="q",
+                    agent_config=AgentConfig(max_retries=2))
 
 
 def test_the_transformers_engine_drives_the_agent_loop_token_in_token_out(toy, policy):
@@ -245,6 +255,9 @@ def test_a_ci_sized_run_trains_logs_and_resumes_to_the_same_weights(toy, tmp_pat
     assert cli(["train", "igpo", str(resumed), "--steps", "1", "--quiet"]) == 0
     assert cli(["train", "igpo", str(resumed), "--quiet"]) == 0
     assert "resumed from step 1" in capsys.readouterr().out
+    resumed_rows = [json.loads(line) for line in (tmp_path / "resumed" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in resumed_rows] == [1, 2]
+    assert (tmp_path / "resumed" / "run_date.txt").is_file()
     a = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "straight" / "final").state_dict()
     b = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "resumed" / "final").state_dict()
     base = transformers.AutoModelForCausalLM.from_pretrained(toy / "base").state_dict()
