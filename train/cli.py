@@ -13,6 +13,7 @@ import json
 import sys
 from datetime import date as Date
 from pathlib import Path
+from typing import Any, Callable
 
 __all__ = ["add_command", "run"]
 
@@ -154,19 +155,27 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0 if samples else 1
 
 
-def _sft(args: argparse.Namespace) -> int:
-    from venus_edge.train.sft import SFTConfig, train_sft
-
+def _train(load: Callable[[], Any], train: Callable[[Any], Any]) -> Any:
+    """Load a run's config and train it; a bad config is exit code 2, missing data or a mismatched checkpoint 3."""
     try:
-        config = SFTConfig.from_file(args.config, max_steps=args.max_steps, output_dir=args.output_dir)
+        config = load()
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        result = train_sft(config, progress=not args.quiet)
+        return train(config)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from venus_edge.train.sft import SFTConfig, train_sft
+
+    result = _train(lambda: SFTConfig.from_file(args.config, max_steps=args.max_steps, output_dir=args.output_dir),
+                    lambda config: train_sft(config, progress=not args.quiet))
+    if isinstance(result, int):
+        return result
     resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
     loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "-"
     print(f"{result.steps} steps{resumed}; last loss {loss}; {result.tokens_per_s:.0f} trained tokens/s; "
@@ -177,17 +186,11 @@ def _sft(args: argparse.Namespace) -> int:
 def _igpo(args: argparse.Namespace) -> int:
     from venus_edge.train.igpo_trainer import IGPOConfig, train_igpo
 
-    try:
-        config = IGPOConfig.from_file(args.config, steps=args.steps, output_dir=args.output_dir,
-                                      information_gain=False if args.outcome_only else None)
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        result = train_igpo(config, progress=not args.quiet)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
+    result = _train(lambda: IGPOConfig.from_file(args.config, steps=args.steps, output_dir=args.output_dir,
+                                                 information_gain=False if args.outcome_only else None),
+                    lambda config: train_igpo(config, progress=not args.quiet))
+    if isinstance(result, int):
+        return result
     resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
     last = result.last
     figures = (f"; last step: reward {last['reward']}, accuracy {last['accuracy']}, kl {last['kl']}"

@@ -206,14 +206,24 @@ def _collate(samples: Sequence[TokenizedSample], pad_id: int) -> dict[str, Any]:
 
 
 def _summed_loss(model: Any, batch: Mapping[str, Any]) -> tuple[Any, int]:
-    """(summed next-token cross-entropy over the trained tokens, their count) of one micro-batch."""
+    """(summed next-token cross-entropy over the trained tokens, their count) of one micro-batch.
+
+    Logits are computed only at the positions that predict a trained token in some row (``logits_to_keep`` with
+    indices): with a 151K vocabulary and agentic data (three quarters tool output) the full logits would be
+    several times the rest of the activations.
+    """
     import torch
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    targets = batch["input_ids"][:, 1:]
     mask = batch["trained"][:, 1:]
-    losses = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), targets.flatten(), reduction="none")
-    return (losses * mask.flatten()).sum(), int(mask.sum())
+    positions = mask.any(dim=0).nonzero().flatten()
+    if positions.numel() == 0:
+        return model(input_ids=batch["input_ids"][:, :1]).logits.sum() * 0.0, 0
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   logits_to_keep=positions).logits
+    targets = batch["input_ids"][:, 1:][:, positions]
+    kept = mask[:, positions]
+    losses = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return (losses * kept.flatten()).sum(), int(kept.sum())
 
 
 def _load_model(config: SFTConfig) -> tuple[Any, Any]:
@@ -326,6 +336,8 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
         rows = (output_dir / "log.jsonl").read_text().splitlines() if (output_dir / "log.jsonl").is_file() else []
         last = json.loads(rows[-1])["loss"] if rows else None
         final = output_dir / "final"
+        if run_steps == total_steps and not (final / "config.json").is_file():  # stopped before the final save
+            final = _save_final(accelerator, model, tokenizer, output_dir)
         return SFTResult(start, start, final if final.is_dir() else None, last, skipped,
                          distributed=str(accelerator.distributed_type.value))
     model.train()
@@ -422,10 +434,20 @@ def _save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) 
             unwrapped = unwrapped.merge_and_unload()
             state = unwrapped.state_dict()
         unwrapped.config.use_cache = True
+        if _loaded_from_gguf(unwrapped):  # transformers dequantized the GGUF: the weights are plain floats
+            unwrapped.hf_quantizer = None
+            if hasattr(unwrapped.config, "quantization_config"):
+                del unwrapped.config.quantization_config
         unwrapped.save_pretrained(final, state_dict=state, safe_serialization=True)
         tokenizer.save_pretrained(final)
     accelerator.wait_for_everyone()
     return final
+
+
+def _loaded_from_gguf(model: Any) -> bool:
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    return str(getattr(method, "value", method)).lower() == "gguf"
 
 
 class _Progress:

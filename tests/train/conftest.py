@@ -3,6 +3,7 @@ with the Qwen3 Thinking-2507 chat template, as a Hugging Face fast tokenizer."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,3 +17,22 @@ def qwen3_tokenizer(tmp_path_factory: pytest.TempPathFactory, qwen3_thinking_tem
 
     folder = build_qwen3_tokenizer_files(tmp_path_factory.mktemp("qwen3-tokenizer"), chat_template=qwen3_thinking_template)
     return AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def make_toy() -> Any:
+    """``make_toy(out, people=, seed=)``: the toy world the training tests share (``_make_toy``)."""
+    return _make_toy
+
+
+def _make_toy(out: Path, *, people: int, seed: int, tokenizer_texts: tuple[str, ...] = ("sft.jsonl",)) -> Path:
+    """A toy world under ``out/world``, its cleaned oracle trajectories ``out/sft.jsonl`` and a random tiny Qwen3
+    ``out/base`` (BPE of 600 on ``tokenizer_texts``, relative to ``out``; hidden 64, 2 layers)."""
+    from venus_edge.cli import main as cli
+
+    assert cli(["train", "toy-world", str(out / "world"), "--people", str(people), "--seed", str(seed)]) == 0
+    assert cli(["train", "clean", str(out / "world" / "trajectories.jsonl"), "--out", str(out / "sft.jsonl"),
+                "--date", "2026-03-01"]) == 0
+    assert cli(["train", "tiny-model", *(str(out / t) for t in tokenizer_texts), "--out", str(out / "base"),
+                "--vocab", "600", "--hidden", "64", "--layers", "2"]) == 0
+    return out

@@ -25,13 +25,9 @@ from venus_edge.train.toyworld import ToyQuestion, oracle_policy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory) -> Path:
+def toy(tmp_path_factory, make_toy) -> Path:
     out = tmp_path_factory.mktemp("igpo")
-    assert cli(["train", "toy-world", str(out / "world"), "--people", "12", "--seed", "5"]) == 0
-    assert cli(["train", "clean", str(out / "world" / "trajectories.jsonl"), "--out", str(out / "sft.jsonl"),
-                "--date", "2026-03-01"]) == 0
-    assert cli(["train", "tiny-model", str(out / "sft.jsonl"), "--out", str(out / "base"), "--vocab", "600",
-                "--hidden", "64", "--layers", "2"]) == 0
+    make_toy(out, people=12, seed=5)
     return out
 
 

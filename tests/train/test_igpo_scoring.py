@@ -10,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from venus_edge.cli import main as cli  # noqa: E402
 from venus_edge.protocol import GENERATION_PROMPT  # noqa: E402
 from venus_edge.train.igpo import PSEUDO_ANSWER_PREFIX, information_gains  # noqa: E402
 from venus_edge.train.igpo_scoring import (  # noqa: E402
@@ -22,13 +21,9 @@ from venus_edge.train.tokenize import tokenize_messages  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def model_and_trajectory(tmp_path_factory):
+def model_and_trajectory(tmp_path_factory, make_toy):
     out = tmp_path_factory.mktemp("igpo-score")
-    assert cli(["train", "toy-world", str(out / "world"), "--people", "12", "--seed", "3"]) == 0
-    assert cli(["train", "clean", str(out / "world" / "trajectories.jsonl"), "--out", str(out / "sft.jsonl"),
-                "--date", "2026-03-01"]) == 0
-    assert cli(["train", "tiny-model", str(out / "sft.jsonl"), "--out", str(out / "base"), "--vocab", "600",
-                "--hidden", "64", "--layers", "2"]) == 0
+    make_toy(out, people=12, seed=3)
     tokenizer = transformers.AutoTokenizer.from_pretrained(out / "base")
     model = transformers.AutoModelForCausalLM.from_pretrained(out / "base", dtype=torch.float32).eval()
     rows = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]

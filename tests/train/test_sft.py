@@ -21,14 +21,10 @@ from venus_edge.train.sft import SFTConfig, length_grouped_batches, train_sft
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory) -> Path:
+def toy(tmp_path_factory, make_toy) -> Path:
     """A small toy world, its cleaned trajectories and a random tiny model (hidden 64, 2 layers, 600 tokens)."""
     out = tmp_path_factory.mktemp("toy")
-    assert cli(["train", "toy-world", str(out / "world"), "--people", "16", "--seed", "1"]) == 0
-    assert cli(["train", "clean", str(out / "world" / "trajectories.jsonl"), "--out", str(out / "sft.jsonl"),
-                "--date", "2026-03-01"]) == 0
-    assert cli(["train", "tiny-model", str(out / "sft.jsonl"), str(out / "world" / "corpus"), "--out", str(out / "base"),
-                "--vocab", "600", "--hidden", "64", "--layers", "2"]) == 0
+    make_toy(out, people=16, seed=1, tokenizer_texts=("sft.jsonl", "world/corpus"))
     return out
 
 
@@ -219,3 +215,33 @@ def test_the_accelerate_configs_start_on_one_cpu_process(toy, tmp_path, launch_c
                            str(path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1])["steps"] == 1
+
+
+def test_a_model_read_from_a_gguf_file_saves_plain_weights(toy, tmp_path):
+    """transformers marks a model it dequantized from a GGUF as quantized and refuses to save it; the final
+    checkpoint drops the marker (the weights are plain floats)."""
+    from types import SimpleNamespace
+
+    from accelerate import Accelerator
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from venus_edge.train.sft import _save_final
+
+    model = AutoModelForCausalLM.from_pretrained(toy / "base")
+    model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method="gguf"),
+                                         is_serializable=lambda: False)
+    with pytest.raises(ValueError, match="not serializable"):
+        model.save_pretrained(tmp_path / "refused")
+    final = _save_final(Accelerator(cpu=True), model, AutoTokenizer.from_pretrained(toy / "base"), tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(final)
+    assert all((a == b).all() for a, b in zip(reloaded.state_dict().values(), model.state_dict().values()))
+
+
+def test_a_run_stopped_before_its_final_save_writes_it_on_the_rerun(toy):
+    import shutil
+
+    result = train_sft(config(toy, "final-save", epochs=0.2, save_every=1), progress=False)
+    assert result.final_dir is not None
+    shutil.rmtree(result.final_dir)
+    again = train_sft(config(toy, "final-save", epochs=0.2, save_every=1), progress=False)
+    assert again.resumed_from == result.steps and (again.final_dir / "config.json").is_file()
