@@ -9,8 +9,9 @@ lr 1e-6, PPO clip 0.2 (dual clip 3), low-variance KL 0.001 to the SFT reference,
 ``visit`` turns as a log-prob difference, ``scaled_separate`` normalization, gamma 0.95, format penalty -1.
 
 Each step: ``questions_per_step`` questions are drawn (seeded by the step, so a resumed run draws the same ones),
-``group_size`` rollouts of each are sampled by the current policy on ``TransformersEngine`` (sequentially on a
-CPU; at scale the rollout engine is a vLLM server behind the same ``Engine`` protocol), rewards and advantages are
+``group_size`` rollouts of each are sampled by the current policy on ``TransformersEngine``, one after another on
+this process (under ``accelerate launch`` every process repeats them: sharding rollouts, or taking them from a vLLM
+server through the runtime's ``OpenAIEngine``, is not built yet), rewards and advantages are
 computed (``igpo``, ``igpo_rollout``), and the policy takes one optimizer step over every trained token. Progress
 (reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``; checkpoints
 (``OUT/checkpoints/step-N``) are written atomically and a rerun resumes from the newest.
