@@ -18,7 +18,8 @@ The world is built so that tools are needed:
   on the person's page (search, visit, search the mentor, visit, answer).
 
 The oracle reads every observation as the model would (the search results' titles and URLs, the fact sentences of
-the visited page); when an observation does not hold what it needs, it gives up and the session is not a sample.
+the visited page, which it quotes before it uses a fact); when an observation does not hold what it needs, it gives
+up and the session is not a sample.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ _FACT_PATTERNS = {
     "year": re.compile(r"born in [A-Z][a-z]+ in (\d{4})"),
     "trade": re.compile(r"By trade they were an? ([a-z]+)"),
     "mentor": re.compile(r"mentor was ([A-Z][a-z]+ [A-Z][a-z]+)"),
+}
+#: The sentence of the page that states each fact; the oracle quotes it before using the fact, as a researcher
+#: quotes evidence (and so the fact is copied from the quote, a few tokens back, rather than from the page).
+_SENTENCES = {
+    "town": re.compile(r"They were born in [A-Z][a-z]+ in \d{4}\."),
+    "year": re.compile(r"They were born in [A-Z][a-z]+ in \d{4}\."),
+    "trade": re.compile(r"By trade they were an? [a-z]+\."),
+    "mentor": re.compile(r"Their mentor was [A-Z][a-z]+ [A-Z][a-z]+\."),
 }
 
 
@@ -117,7 +126,8 @@ def _word(rng: random.Random, syllables: int) -> str:
     return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)).capitalize()
 
 
-def _distinct_words(rng: random.Random, count: int, syllables: tuple[int, ...], avoid: set[str] = frozenset()) -> list[str]:
+def _distinct_words(rng: random.Random, count: int, syllables: tuple[int, ...],
+                    avoid: set[str] = frozenset()) -> list[str]:
     words: list[str] = []
     while len(words) < count:
         word = _word(rng, rng.choice(syllables))
@@ -233,6 +243,13 @@ def _fact(observation: str, fact: str) -> str:
     return match.group(1)
 
 
+def _quote(observation: str, fact: str) -> str:
+    match = _SENTENCES[fact].search(observation)
+    if match is None:
+        raise OracleGaveUp(f"the page shows no {fact}")
+    return match.group(0)
+
+
 def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
     """The next turn for ``question`` given the rendered prompt so far (``ScriptedEngine(turns=policy)``).
 
@@ -255,15 +272,17 @@ def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
                          {"url": [_url_of(observation, subject)], "goal": goal})
         if done == 2 and question.hops == 2:
             mentor = _fact(observation, "mentor")
-            return _call(f"The mentor of {subject} was {mentor}. Now I need {GOALS[fact].format(name=mentor)}. "
-                         f"I will search for {mentor}.", "search", {"query": [mentor]})
+            return _call(f"The page says: {_quote(observation, 'mentor')} So the mentor of {subject} was {mentor}. "
+                         f"Now I need {GOALS[fact].format(name=mentor)}. I will search for {mentor}.", "search",
+                         {"query": [mentor]})
         if done == 3 and question.hops == 2:
             mentor = _FACT_PATTERNS["mentor"].search(messages[-3][1] if len(messages) >= 3 else "")
             name = mentor.group(1) if mentor else ""
             return _call(f"The page of {name} is in the results. I will read it.", "visit",
                          {"url": [_url_of(observation, name)], "goal": GOALS[fact].format(name=name)})
         value = _fact(observation, fact)
-        return f"The page says {value}.\n</think>\n\n<answer>\n{value}\n</answer>"
+        return (f"The page says: {_quote(observation, fact)} So the answer is {value}.\n</think>\n\n"
+                f"<answer>\n{value}\n</answer>")
 
     return next_turn
 
