@@ -278,9 +278,9 @@ def test_one_update_raises_the_better_rollout_and_lowers_the_worse(toy, policy):
             turn = oracle(prompt)
             return turn.replace(f"<answer>\n{question.answer}\n", "<answer>\nNowhere\n")
 
+        # outcome rewards only: the shared turns then get opposite advantages that cancel, and the answers differ
         good, bad = (run_rollout(OracleEngine(question, tokenizer, policy=turns), tools, question.question,
-                                 [question.answer], group="q", agent_config=AgentConfig(max_retries=1),
-                                 model=reference, encode=tokenizer)
+                                 [question.answer], group="q", agent_config=AgentConfig(max_retries=1))
                      for turns in (oracle, wrong))
     finally:
         close_tools(tools)
@@ -293,11 +293,13 @@ def test_one_update_raises_the_better_rollout_and_lowers_the_worse(toy, policy):
 
     good_turn, bad_turn = ([r.sequences[0].ids[i] for i in answer_positions(r)] for r in (good, bad))
     shared = next(i for i, (a, b) in enumerate(zip(good_turn, bad_turn)) if a != b)
+    tail = next(i for i, (a, b) in enumerate(zip(good_turn[::-1], bad_turn[::-1])) if a != b)
 
-    def mean_logprob(rollout):  # of the answer tokens, where the two rollouts differ (the rest cancels out)
+    def mean_logprob(rollout):  # of the answer tokens where the two rollouts differ (the rest cancels out)
         with torch.no_grad():
             values = _sequence_logprobs(model, rollout.sequences[0].ids, "cpu")
-        return float(values[[i - 1 for i in answer_positions(rollout)[shared:]]].mean())
+        positions = answer_positions(rollout)
+        return float(values[[i - 1 for i in positions[shared:len(positions) - tail]]].mean())
 
     for rollout in (good, bad):  # the oracle's ids were not sampled by this model: use its own log-probs as old
         (sequence,) = rollout.sequences
@@ -307,7 +309,7 @@ def test_one_update_raises_the_better_rollout_and_lowers_the_worse(toy, policy):
     before = mean_logprob(good), mean_logprob(bad)
     config = IGPOConfig.from_dict({"model": "m", "questions": ["q"], "corpus": ["c"], "output_dir": "o",
                                    "learning_rate": 1e-4})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)  # a plain gradient step: the direction is the loss's
     metrics = _update(config, model, reference, optimizer, Accelerator(cpu=True), [good, bad])
     after = mean_logprob(good), mean_logprob(bad)
     assert metrics["grad_norm"] > 0 and metrics["trained_tokens"] == sum(
