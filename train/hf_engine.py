@@ -65,6 +65,9 @@ class TransformersEngine:
         if tokenizer.eos_token_id is not None:
             self._end_ids.add(int(tokenizer.eos_token_id))
         self._vocab = vocab
+        from venus_edge.train.igpo_scoring import cache_keyword
+
+        self._cache_argument = cache_keyword(model)  # read once: the decode loop passes it every token
         self._cache: Any = None
         self._cached_ids: list[int] = []
         self._last_logits: Any = None
@@ -183,8 +186,6 @@ class TransformersEngine:
         import torch
         from transformers import DynamicCache
 
-        from venus_edge.train.igpo_scoring import cache_keyword
-
         shared = 0
         limit = min(len(prompt) - 1, len(self._cached_ids))  # the last prompt token is always run for its logits
         while shared < limit and self._cached_ids[shared] == prompt[shared]:
@@ -199,7 +200,7 @@ class TransformersEngine:
         with torch.no_grad():
             chunk = torch.tensor([prompt[shared:]], device=device)
             out = self.model(input_ids=chunk, use_cache=True, logits_to_keep=1,
-                             **{cache_keyword(self.model): self._cache})
+                             **{self._cache_argument: self._cache})
         self._cached_ids = list(prompt)
         self._last_logits = out.logits[0, -1]
         return shared
@@ -207,12 +208,10 @@ class TransformersEngine:
     def _step(self, token: int) -> Any:
         import torch
 
-        from venus_edge.train.igpo_scoring import cache_keyword
-
         device = next(self.model.parameters()).device
         with torch.no_grad():
             out = self.model(input_ids=torch.tensor([[token]], device=device), use_cache=True,
-                             **{cache_keyword(self.model): self._cache})
+                             **{self._cache_argument: self._cache})
         self._cached_ids.append(token)
         return out.logits[0, -1]
 
