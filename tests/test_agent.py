@@ -183,9 +183,9 @@ def test_context_budget_forces_the_final_answer(tools):
 
 
 def test_question_longer_than_the_budget_is_a_clear_error_and_the_journal_keeps_it(tools, tmp_path):
-    engine = ScriptedEngine([], n_ctx=2_000)
+    engine = ScriptedEngine([], n_ctx=3_000)
     agent = Agent(engine, tools, trajectory_path=tmp_path / "t.jsonl", config=AgentConfig(answer_reserve_tokens=100))
-    with pytest.raises(ContextOverflowError, match=r"n_ctx is 2,000; .*raise n_ctx"):
+    with pytest.raises(ContextOverflowError, match=r"n_ctx is 3,000; .*raise n_ctx"):
         agent.run("why? " * 1000)
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     assert trajectory.termination == "token_limit_no_answer" and trajectory.question.startswith("why?")

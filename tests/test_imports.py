@@ -25,8 +25,8 @@ NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.session", "venus_edge.testing
                      "venus_edge.quantize.cli", "venus_edge.train.cli"}
 # Names exported across packages: the tool interface at the top level.
 CROSS_EXPORTS = {"venus_edge": {"Tool", "ToolError", "ToolResult"}}
-PACKAGES = ["venus_edge", "venus_edge.eval", "venus_edge.protocol", "venus_edge.tools", "venus_edge.quantize",
-            "venus_edge.train"]
+PACKAGES = ["venus_edge", "venus_edge.context", "venus_edge.eval", "venus_edge.protocol", "venus_edge.tools",
+            "venus_edge.quantize", "venus_edge.train"]
 
 
 def _modules(package_name: str) -> list[ModuleType]:

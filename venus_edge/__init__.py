@@ -17,13 +17,14 @@ _MODULE_EXPORTS = {
     "agent": ("Agent", "AgentConfig", "Result"),
     "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
     "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream"),
-    "errors": ("ContextOverflowError", "EngineConnectionError", "EngineStateError", "ModelLoadError",
-               "ModelNotFoundError", "TrajectoryError", "VenusEdgeError"),
-    "events": ("ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted", "TextDelta",
-               "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried", "TurnStarted"),
+    "errors": ("ContextOverflowError", "ContextSettingsError", "EngineConnectionError", "EngineStateError",
+               "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError", "VenusEdgeError"),
+    "events": ("ContextCompacted", "ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted",
+               "TextDelta", "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried", "TurnStarted"),
     "grammar": ("GrammarLimits",),
     "models": ("resolve_model",),
     "openai_engine": ("OpenAIEngine",),
+    "prompt_cache": ("PromptCache", "PromptCacheCounts", "default_prompt_cache_dir", "stable_prefix_length"),
     "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
     "turn": ("Turn",),
@@ -38,14 +39,17 @@ if _TYPE_CHECKING:
     from venus_edge.engine import Completion, Engine, GenerationStats, LlamaCppEngine, SamplingParams, StopStream
     from venus_edge.errors import (
         ContextOverflowError,
+        ContextSettingsError,
         EngineConnectionError,
         EngineStateError,
+        MemoryPlanError,
         ModelLoadError,
         ModelNotFoundError,
         TrajectoryError,
         VenusEdgeError,
     )
     from venus_edge.events import (
+        ContextCompacted,
         ErrorRaised,
         Event,
         LimitReached,
@@ -62,6 +66,7 @@ if _TYPE_CHECKING:
     from venus_edge.grammar import GrammarLimits
     from venus_edge.models import resolve_model
     from venus_edge.openai_engine import OpenAIEngine
+    from venus_edge.prompt_cache import PromptCache, PromptCacheCounts, default_prompt_cache_dir, stable_prefix_length
     from venus_edge.toolbox import MergedSearchBackend, close_tools, default_tools
     from venus_edge.tools import Tool, ToolError, ToolResult
     from venus_edge.trajectory import (

@@ -14,7 +14,12 @@ format errors are journaled for the RL format penalty.
 
 Departures from the reference:
 1. No back-off sleep between retries: the model is local, a retry is only a new sample (with a new seed).
-2. The prompt budget is also capped by the engine's ``n_ctx`` minus ``answer_reserve_tokens``.
+2. The prompt budget is also capped by the engine's ``n_ctx`` minus an answer reserve: room for a whole final turn,
+   at least ``answer_reserve_tokens`` and at least the longest turn seen so far plus the limit notice. A regular
+   turn may not grow past the budget (its ``max_tokens`` is capped there), so the forced final turn always fits.
+3. What happens at the budget is a context policy (``venus_edge.context.policies``): ``force-answer`` is the
+   reference's behaviour; ``keep-last-k`` and ``summarize`` compact the conversation and go on researching.
+4. A killed session resumes from its journal (``Agent.resume``) at its last complete turn.
 
 Usage:
 
@@ -22,25 +27,30 @@ Usage:
     result = agent.run("When was tomllib added to Python?")
     for event in agent.events("..."):   # the same loop, as a stream of typed events
         ...
+    result = agent.resume("journal.jsonl")   # a killed session, continued from its last complete turn
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import re
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date as Date
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Generator, Iterable, Iterator
+from typing import Any, Generator, Iterable, Iterator, Mapping
 
 from venus_edge import protocol
+from venus_edge.context.policies import Compaction, CompactionContext, ContextPolicy, make_policy
 from venus_edge.engine import Completion, Engine, SamplingParams
-from venus_edge.errors import ContextOverflowError, EngineConnectionError
+from venus_edge.errors import ContextOverflowError, ContextSettingsError, EngineConnectionError, TrajectoryError
 from venus_edge.grammar import GrammarLimits, turn_grammar
 from venus_edge.events import (
+    ContextCompacted,
     ErrorRaised,
     Event,
     LimitReached,
@@ -56,7 +66,7 @@ from venus_edge.events import (
 )
 from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError
-from venus_edge.trajectory import TrajectoryWriter
+from venus_edge.trajectory import Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
 __all__ = ["Agent", "AgentConfig", "Result"]
@@ -70,6 +80,10 @@ MAX_STEPS = "max_steps"
 TIMEOUT = "timeout"
 LLM_ERROR = "llm_error"
 
+#: The least room, in tokens, that n_ctx must leave for the question and the research after the system prompt and
+#: the answer reserve; settings leaving less are refused when the agent is built.
+MIN_RESEARCH_TOKENS = 256
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -77,9 +91,14 @@ class AgentConfig:
 
     Attributes:
         max_turns: model turns at most before the final answer is forced (reference: 200).
-        max_prompt_tokens: prompt budget in tokens before the final answer is forced (reference: ~240K); the
-            engine's ``n_ctx - answer_reserve_tokens`` caps it too.
-        answer_reserve_tokens: room kept free in ``n_ctx`` for the forced answer turn.
+        max_prompt_tokens: prompt budget in tokens before the context policy acts (reference: ~240K); the
+            engine's ``n_ctx`` minus the answer reserve caps it too.
+        answer_reserve_tokens: the floor, in tokens, of the room kept free in ``n_ctx`` for a final turn; the
+            reserve grows to the longest turn seen so far plus the limit notice when that is more.
+        context_policy: what happens at the budget: ``force-answer`` (the reference), ``keep-last-k`` or
+            ``summarize`` (``venus_edge.context.policies``).
+        keep_last: tool results kept whole by ``keep-last-k``.
+        max_summaries: restarts ``summarize`` may make before the answer is forced.
         time_limit_s: wall-clock budget in seconds (reference: 9,000).
         max_retries: attempts per turn (reference: 5).
         repetition_tail_chars: length of the tail checked by the repetition detector (reference: 50).
@@ -96,6 +115,9 @@ class AgentConfig:
     max_turns: int = 200
     max_prompt_tokens: int = 240_000
     answer_reserve_tokens: int = 1_024
+    context_policy: str = "force-answer"
+    keep_last: int = 3
+    max_summaries: int = 3
     time_limit_s: float = 9_000.0
     max_retries: int = 5
     repetition_tail_chars: int = 50
@@ -114,11 +136,44 @@ class AgentConfig:
             raise ValueError(f"max_retries must be >= 1, got {self.max_retries}")
         if self.time_limit_s <= 0:
             raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
+        if self.answer_reserve_tokens < 0:
+            raise ValueError(f"answer_reserve_tokens must be >= 0, got {self.answer_reserve_tokens}")
+        self.make_policy()  # a bad policy name or setting fails here, before anything runs
+
+    def make_policy(self) -> ContextPolicy:
+        """A new context policy as this config names it (each session gets its own: policies keep state).
+
+        Raises:
+            ValueError: unknown policy name or bad setting.
+        """
+        settings: dict[str, Any] = {"keep-last-k": {"keep_last": self.keep_last},
+                                    "summarize": {"max_summaries": self.max_summaries}}.get(self.context_policy, {})
+        return make_policy(self.context_policy, **settings)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["today"] = self.today.isoformat() if self.today else None
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentConfig:
+        """The config a journal's start record holds (``to_dict``); keys this version does not know are ignored.
+
+        Raises:
+            ValueError: a value is out of range.
+        """
+        known = {spec for spec in cls.__dataclass_fields__}
+        values = {key: value for key, value in data.items() if key in known}
+        try:
+            if isinstance(values.get("sampling"), Mapping):
+                values["sampling"] = SamplingParams(**values["sampling"])
+            if isinstance(values.get("grammar_limits"), Mapping):
+                values["grammar_limits"] = GrammarLimits(**values["grammar_limits"])
+            if isinstance(values.get("today"), str):
+                values["today"] = Date.fromisoformat(values["today"])
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"config {dict(data)!r}: {exc}") from exc
 
 
 @dataclass
@@ -158,6 +213,7 @@ class _Attempt:
     completion: Completion | None
     attempts: int
     call: PreparedCall | None = None
+    budget_cut: bool = False  # the turn reached the prompt budget before it ended (see _generate_turn)
 
 
 class Agent:
@@ -168,6 +224,12 @@ class Agent:
         tools: the tools, in the order their schemas appear in the system prompt.
         config: limits and guards.
         trajectory_path: append the session's journal here (JSONL, see ``venus_edge.trajectory``).
+        context_policy: a policy object of your own (``venus_edge.context.ContextPolicy``); default the one
+            ``config.context_policy`` names. Each session works on its own copy.
+
+    Raises:
+        ContextSettingsError: the answer reserve does not fit in the engine's ``n_ctx``, or the system prompt and
+            the reserve leave fewer than ``MIN_RESEARCH_TOKENS`` for the research; the message names the fix.
     """
 
     def __init__(
@@ -177,19 +239,53 @@ class Agent:
         *,
         config: AgentConfig | None = None,
         trajectory_path: str | Path | None = None,
+        context_policy: ContextPolicy | None = None,
     ) -> None:
         self.engine = engine
         self.registry = ToolRegistry(tools)
         self.config = config or AgentConfig()
         self.trajectory_path = Path(trajectory_path) if trajectory_path else None
+        self.context_policy = context_policy
+        self._check_context(self.config)
 
-    def grammar(self, tool_calls_made: int, *, forcing: bool = False) -> str | None:
+    def _check_context(self, config: AgentConfig) -> None:
+        n_ctx, reserve = self.engine.n_ctx, config.answer_reserve_tokens
+        if reserve >= n_ctx:
+            raise ContextSettingsError(
+                f"answer_reserve_tokens ({reserve:,}) must be smaller than n_ctx ({n_ctx:,}): the reserve is room "
+                f"kept free in the context for the final answer. Lower it (e.g. to {n_ctx // 4:,}) or raise n_ctx.")
+        system = protocol.render_messages([{"role": "system", "content": protocol.render_system_prompt(
+            self.registry.schemas, config.today or Date.today())}], add_generation_prompt=False)
+        system_tokens = len(self.engine.tokenize(system))
+        room = min(n_ctx - reserve, config.max_prompt_tokens) - system_tokens
+        if room < MIN_RESEARCH_TOKENS and config.max_prompt_tokens < n_ctx - reserve:
+            raise ContextSettingsError(
+                f"max_prompt_tokens ({config.max_prompt_tokens:,}) leaves {room:,} tokens for the question and the "
+                f"research after the system prompt ({system_tokens:,} tokens), fewer than {MIN_RESEARCH_TOKENS}. "
+                f"Raise max_prompt_tokens to at least {system_tokens + MIN_RESEARCH_TOKENS:,}.")
+        if room < MIN_RESEARCH_TOKENS:
+            raise ContextSettingsError(
+                f"the context leaves {room:,} tokens for the question and the research, fewer than "
+                f"{MIN_RESEARCH_TOKENS}: n_ctx {n_ctx:,} - answer reserve {reserve:,} - system prompt "
+                f"{system_tokens:,} tokens (max_prompt_tokens {config.max_prompt_tokens:,}). Raise n_ctx to at least "
+                f"{system_tokens + reserve + MIN_RESEARCH_TOKENS:,} or lower answer_reserve_tokens to at most "
+                f"{max(0, n_ctx - system_tokens - MIN_RESEARCH_TOKENS):,}.")
+
+    def new_policy(self, config: AgentConfig | None = None) -> ContextPolicy:
+        """The context policy of a new session: a copy of the one given, else the one the config names."""
+        if self.context_policy is not None:
+            return copy.deepcopy(self.context_policy)
+        return (config or self.config).make_policy()
+
+    def grammar(self, tool_calls_made: int, *, forcing: bool = False, config: AgentConfig | None = None) -> str | None:
         """The strict-mode grammar for the next turn (None in free mode): a forced final turn may only answer, and
-        no answer is allowed before ``min_tool_calls`` calls."""
-        if not self.config.strict:
+        no answer is allowed before ``min_tool_calls`` calls. ``config`` defaults to the agent's (a resumed session
+        passes the one it was recorded with)."""
+        config = config or self.config
+        if not config.strict:
             return None
-        actions = "answer" if forcing else "either" if tool_calls_made >= self.config.min_tool_calls else "call"
-        return turn_grammar(self.registry.schemas, self.config.grammar_limits, actions=actions)
+        actions = "answer" if forcing else "either" if tool_calls_made >= config.min_tool_calls else "call"
+        return turn_grammar(self.registry.schemas, config.grammar_limits, actions=actions)
 
     def run(self, question: str) -> Result:
         """Research ``question`` to a termination and return the result (events are consumed silently).
@@ -197,46 +293,185 @@ class Agent:
         Raises:
             ContextOverflowError: the question alone does not fit in the prompt budget.
         """
-        stream = self.events(question)
-        while True:
-            try:
-                next(stream)
-            except StopIteration as stop:
-                return stop.value
+        return _drain(self.events(question))
 
     def events(self, question: str) -> Generator[Event, None, Result]:
         """Run the session as a generator of typed events; its return value (``StopIteration.value``) is the
         ``Result``. The trajectory journal is written as the events happen."""
         return _Session(self, question).run()
 
+    def resume(self, journal_path: str | Path, session_id: str | None = None) -> Result:
+        """Continue a killed session from its last complete turn (see ``resume_events``)."""
+        return _drain(self.resume_events(journal_path, session_id))
+
+    def resume_events(self, journal_path: str | Path, session_id: str | None = None) -> Generator[Event, None, Result]:
+        """Continue a session that has no end record (a killed run) from its last complete turn, as events.
+
+        The session keeps its id, question, system prompt (its date included) and config (seed, limits, policy:
+        from the journal's start record, so that sampling continues where it stopped); its conversation,
+        duplicate-call keys, visited URLs and sample count are rebuilt from the turn and compaction records, and
+        new records are appended to the same journal. The turn in flight when the process died is generated
+        again; nothing complete is repeated or lost. The wall-clock limit counts from the resume.
+
+        Args:
+            journal_path: the JSONL journal the session was written to.
+            session_id: the session to resume; default the last session of the journal without an end record.
+
+        Totals (tokens, seconds, retries) count what the journal recorded: the accepted sample of each turn.
+
+        Raises:
+            TrajectoryError: no such file, no such session, the session already ended, its config cannot be read,
+                or it was recorded with other tools (resume with the same tools, or with a replay of their
+                recording).
+            ContextSettingsError: the recorded config does not fit this engine's ``n_ctx``.
+        """
+        path = Path(journal_path)
+        trajectory = _resumable(path, session_id)
+        try:
+            recorded = AgentConfig.from_dict(trajectory.header.get("config") or {})
+        except ValueError as exc:
+            raise TrajectoryError(path, 0, f"session {trajectory.session_id}: its config cannot be read ({exc})") \
+                from exc
+        self._check_context(recorded)
+        names = [schema.get("function", schema).get("name") for schema in trajectory.header.get("tools", [])]
+        if trajectory.header.get("tools") != self.registry.schemas:
+            raise TrajectoryError(path, 0, f"session {trajectory.session_id} was recorded with the tools "
+                                           f"{names}; this agent has {list(self.registry.names)}: resume with the "
+                                           "same tools (or replay their recording)")
+        return _Session(self, trajectory.question, resumed=trajectory, journal_path=path).run()
+
+
+def _drain(stream: Generator[Event, None, Any]) -> Any:
+    """Run an event generator to its end and return its value."""
+    while True:
+        try:
+            next(stream)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _resumable(path: Path, session_id: str | None) -> Trajectory:
+    sessions = read_journal(path).trajectories
+    if session_id is not None:
+        found = [t for t in sessions if t.session_id == session_id]
+        if not found:
+            raise TrajectoryError(path, 0, f"no session {session_id} in the journal")
+        if found[0].termination != "incomplete":
+            raise TrajectoryError(path, 0, f"session {session_id} ended ({found[0].termination}); nothing to resume")
+        return found[0]
+    incomplete = [t for t in sessions if t.termination == "incomplete"]
+    if not incomplete:
+        raise TrajectoryError(path, 0, "every session in the journal ended; nothing to resume")
+    return incomplete[-1]
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """What a model turn was sampled as: its text and exact token ids (kept so the KV prefix is reused)."""
+
+    text: str
+    token_ids: list[int]
+
 
 class _Session:
-    """The state of one run: messages, dedup keys, visited URLs, counters, journal."""
+    """The state of one run: messages, dedup keys, visited URLs, counters, journal, context policy."""
 
-    def __init__(self, agent: Agent, question: str) -> None:
+    def __init__(self, agent: Agent, question: str, *, resumed: Trajectory | None = None,
+                 journal_path: Path | None = None) -> None:
         self.agent = agent
         self.engine = agent.engine
-        self.config = agent.config
+        self.config = AgentConfig.from_dict(resumed.header["config"]) if resumed else agent.config
         self.question = question
-        self.session_id = uuid.uuid4().hex
-        self.system_prompt = protocol.render_system_prompt(agent.registry.schemas, self.config.today or Date.today())
+        self.resumed = resumed
+        self.session_id = resumed.session_id if resumed else uuid.uuid4().hex
+        self.system_prompt = (resumed.system_prompt if resumed else
+                              protocol.render_system_prompt(agent.registry.schemas, self.config.today or Date.today()))
         self.messages: list[dict[str, str]] = [
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": question},
         ]
         self.call_keys: set[str] = set()
+        self.tool_calls: dict[int, dict[str, Any]] = {}  # assistant message index -> its (coerced) tool call
         self.visited: dict[str, None] = {}
         self.turns = 0
         self.samples = 0
+        self.longest_turn = 0
         self.start = time.monotonic()
-        self.totals = {"prompt_tokens_evaluated": 0, "prompt_tokens_reused": 0, "tokens_decoded": 0,
-                       "prefill_s": 0.0, "decode_s": 0.0, "tool_s": 0.0, "retries": 0, "format_errors": 0,
-                       "tool_calls": 0, "generated_turns": 0, "well_formed_turns": 0}
-        self.journal = TrajectoryWriter(agent.trajectory_path, self.session_id) if agent.trajectory_path else None
+        self.totals: dict[str, Any] = {
+            "prompt_tokens_evaluated": 0, "prompt_tokens_reused": 0, "tokens_decoded": 0, "prefill_s": 0.0,
+            "decode_s": 0.0, "tool_s": 0.0, "retries": 0, "format_errors": 0, "tool_calls": 0, "generated_turns": 0,
+            "well_formed_turns": 0, "compactions": 0, "compaction_tokens_reevaluated": 0}
+        self.journal_path = journal_path or agent.trajectory_path
+        self.journal = TrajectoryWriter(self.journal_path, self.session_id) if self.journal_path else None
         self.pending_notice: str | None = None
-        self.budget = min(self.config.max_prompt_tokens, self.engine.n_ctx - self.config.answer_reserve_tokens)
+        self.policy = agent.new_policy(self.config)
         self._segments: dict[tuple[int, str], list[int]] = {}
-        self._sampled: dict[int, Completion] = {}  # message index -> the completion that wrote it
+        self._sampled: dict[int, _Sampled] = {}  # message index -> how the turn it holds was sampled
+        self._recorded_samples = 0  # samples accounted for in journal records (see _new_samples)
+        self._notice_tokens = len(self.engine.tokenize(protocol.render_messages(
+            [{"role": "user", "content": protocol.observation(protocol.CONTEXT_LIMIT_NOTICE)}],
+            add_generation_prompt=True)))
+        if resumed:
+            self._restore(resumed)
+
+    @property
+    def reserve(self) -> int:
+        """Tokens kept free for a final turn: the configured floor, or the longest turn so far plus the limit
+        notice when that is more (capped at half of n_ctx, so a runaway turn cannot leave no budget at all)."""
+        observed = min(self.longest_turn + self._notice_tokens, self.engine.n_ctx // 2)
+        return max(self.config.answer_reserve_tokens, observed)
+
+    @property
+    def budget(self) -> int:
+        """The prompt budget in tokens: past it the context policy acts."""
+        return min(self.config.max_prompt_tokens, self.engine.n_ctx - self.reserve)
+
+    def _restore(self, trajectory: Trajectory) -> None:
+        """Rebuild the state a killed session had after its last complete turn (``Agent.resume_events``)."""
+        turns, compactions = trajectory.turns, trajectory.compactions
+        self.messages = rebuild_messages(trajectory.header, turns, compactions)
+        self.turns = turns[-1].index + 1 if turns else 0
+        self.samples = sum(t.attempts for t in turns) + sum(int(c.get("attempts", 0)) for c in compactions)
+        self._recorded_samples = self.samples
+        self.longest_turn = max((len(t.token_ids) for t in turns), default=0)
+        since = -1
+        if compactions:
+            self.call_keys = set(compactions[-1].get("call_keys", []))
+            since = compactions[-1]["turn"]
+        names = self.agent.registry.names
+        for turn in turns:
+            for url in turn.visited_urls:
+                self.visited.setdefault(url, None)
+            if turn.tool_call and turn.index > since:
+                self.call_keys.add(self._call_key(turn.tool_call))
+        sampled = {t.content: t.token_ids for t in turns}
+        for index, message in enumerate(self.messages):
+            if message["role"] != "assistant":
+                continue
+            call = protocol.parse_turn(message["content"], names).tool_call
+            if call is not None:
+                with contextlib.suppress(ToolArgumentError, KeyError, ValueError):
+                    prepared = self.agent.registry.prepare(call.name, call.arguments)
+                    self.tool_calls[index] = {"name": prepared.name, "arguments": prepared.arguments}
+            ids = sampled.get(message["content"])
+            if ids:
+                self._sampled[index] = _Sampled(self.engine.detokenize(ids), list(ids))
+        for turn in turns:
+            for name, key in (("prompt_tokens_evaluated", "prompt_tokens_evaluated"),
+                              ("prompt_tokens_reused", "prompt_tokens_reused"), ("tokens_decoded", "tokens_decoded"),
+                              ("prefill_s", "prefill_s"), ("decode_s", "decode_s")):
+                self.totals[name] += turn.stats.get(key, 0)
+            self.totals["tool_calls"] += turn.tool_call is not None
+            self.totals["retries"] += turn.attempts - 1
+            self.totals["well_formed_turns"] += turn.well_formed
+        self.totals["generated_turns"] = self.samples
+        self.totals["compactions"] = len(compactions)
+        self.totals["compaction_tokens_reevaluated"] = sum(int(c.get("tokens_reevaluated", 0)) for c in compactions)
+        self.totals["resumed_at_turn"] = self.turns
+        self.policy.resume(compactions)
+
+    def _call_key(self, call: Mapping[str, Any]) -> str:
+        return self.agent.registry.prepare(call["name"], call["arguments"]).key
 
     # ------------------------------------------------------------------------------------------- main loop
     def run(self) -> Generator[Event, None, Result]:
@@ -251,14 +486,19 @@ class _Session:
     def _loop(self) -> Generator[Event, None, Result]:
         prompt_tokens = len(self._prompt_ids())
         model = self.engine.model_info()
-        if self.journal:
+        if self.journal and not self.resumed:
             self.journal.start(
                 question=self.question, system_prompt=self.system_prompt, tools=self.agent.registry.schemas,
                 model=model, config=self.config.to_dict(),
                 started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             )
         yield SessionStarted(self.session_id, self.question, model, prompt_tokens)
-        if prompt_tokens > self.budget:
+        step = self.turns
+        if self.resumed:
+            ended = yield from self._resume_point(step)
+            if ended is not None:
+                return ended
+        elif prompt_tokens > self.budget:
             error = ContextOverflowError(
                 prompt_tokens, self.engine.n_ctx,
                 f"the question and system prompt leave no room for research (budget {self.budget:,} tokens); "
@@ -268,21 +508,32 @@ class _Session:
             self._finish(TOKEN_LIMIT_NO_ANSWER, None)
             raise error
 
-        for step in range(self.config.max_turns):
+        while step < self.config.max_turns:
             if time.monotonic() - self.start > self.config.time_limit_s:
                 yield LimitReached(step, "time", f"{self.config.time_limit_s:.0f} s elapsed")
                 return (yield from self._end(TIMEOUT, None))
             attempt = yield from self._generate_turn(step)
+            if attempt.budget_cut:
+                yield LimitReached(step, "context", f"turn {step} reached the prompt budget of {self.budget:,} "
+                                                    "tokens before it ended")
+                ended = yield from self._over_budget(step - 1, step)
+                if ended is not None:
+                    return ended
+                continue  # the same turn again, in the compacted context
             if attempt.parsed is None:
                 return (yield from self._end(LLM_ERROR, None))
             parsed = attempt.parsed
-            self._sampled[len(self.messages)] = attempt.completion
+            assert attempt.completion is not None
+            index = len(self.messages)
+            self._sampled[index] = _Sampled(attempt.completion.text, list(attempt.completion.token_ids))
+            self.longest_turn = max(self.longest_turn, len(attempt.completion.token_ids))
             self.messages.append({"role": "assistant", "content": parsed.content})
             self.turns += 1
             if parsed.kind == "answer":
                 yield from self._record_turn(step, attempt, None, ToolResult(""))
                 return (yield from self._end(ANSWERED, parsed.answer))
             if attempt.call is not None:
+                self.tool_calls[index] = {"name": attempt.call.name, "arguments": attempt.call.arguments}
                 result = yield from self._call_tool(step, attempt.call)
                 text = protocol.observation(result.text)
             else:
@@ -292,18 +543,133 @@ class _Session:
             used = len(self._prompt_ids())
             if used > self.budget:
                 yield LimitReached(step, "context", f"prompt is {used:,} tokens; budget is {self.budget:,}")
-                return (yield from self._force_answer(step + 1, protocol.CONTEXT_LIMIT_NOTICE,
-                                                      ANSWERED_TOKEN_LIMIT, TOKEN_LIMIT_NO_ANSWER))
+                ended = yield from self._over_budget(step, step + 1)
+                if ended is not None:
+                    return ended
+            step += 1
         yield LimitReached(self.config.max_turns, "turns", f"{self.config.max_turns} turns used")
         return (yield from self._force_answer(self.config.max_turns, protocol.STEP_LIMIT_NOTICE,
                                               ANSWERED_MAX_STEPS, MAX_STEPS))
 
+    def _resume_point(self, step: int) -> Generator[Event, None, Result | None]:
+        """Where a resumed session stands: it may have died after its last turn (an answer, or a forced turn that
+        did not answer: the end record alone was lost), or past its budget. None means: go on with turn ``step``."""
+        last = self.resumed.turns[-1] if self.resumed and self.resumed.turns else None
+        if last is not None and last.observation is None:
+            notice = last.replaces_last_observation or ""
+            by_context, by_steps = protocol.CONTEXT_LIMIT_NOTICE in notice, protocol.STEP_LIMIT_NOTICE in notice
+            if last.kind == "answer":
+                termination = ANSWERED_TOKEN_LIMIT if by_context else ANSWERED_MAX_STEPS if by_steps else ANSWERED
+                answer = protocol.parse_turn(last.content, self.agent.registry.names).answer
+                return (yield from self._end(termination, answer))
+            return (yield from self._end(TOKEN_LIMIT_NO_ANSWER if by_context else MAX_STEPS, None))
+        used = len(self._prompt_ids())
+        if step > 0 and used > self.budget:
+            yield LimitReached(step - 1, "context", f"prompt is {used:,} tokens; budget is {self.budget:,}")
+            return (yield from self._over_budget(step - 1, step))
+        return None
+
+    # ------------------------------------------------------------------------------------------- the budget
+    def _over_budget(self, step: int, next_step: int) -> Generator[Event, None, Result | None]:
+        """The prompt passed the budget after turn ``step`` (-1: before the first): compact it with the context
+        policy, or force the final answer as turn ``next_step`` (returning the session's result). None means: go
+        on researching. A compaction that does not shrink the prompt, or leaves it over the budget, forces the
+        answer too, so that no policy can loop."""
+        before = self._prompt_ids()
+        context = CompactionContext(
+            messages=[dict(m) for m in self.messages], tool_calls=dict(self.tool_calls), question=self.question,
+            visited=list(self.visited), prompt_tokens=len(before), budget=self.budget,
+            count_tokens=self._count_tokens,
+        )
+        notice = self.policy.notes_request(context)
+        if notice is not None:
+            notes = yield from self._write_notes(next_step, notice)
+            context = replace(context, notes=notes)
+        compaction = self.policy.compact(context)
+        if compaction is None:
+            return (yield from self._force_answer(next_step, protocol.CONTEXT_LIMIT_NOTICE,
+                                                  ANSWERED_TOKEN_LIMIT, TOKEN_LIMIT_NO_ANSWER))
+        self._apply(compaction)
+        after = self._prompt_ids()
+        shared = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+        event = ContextCompacted(step, self.policy.name, len(before), len(after), len(after) - shared,
+                                 compaction.detail)
+        self.totals["compactions"] += 1
+        self.totals["compaction_tokens_reevaluated"] += event.tokens_reevaluated
+        if self.journal:
+            self.journal.compaction(
+                turn=step, policy=self.policy.name, tokens_before=event.tokens_before, tokens_after=event.tokens_after,
+                tokens_reevaluated=event.tokens_reevaluated, detail=compaction.detail, attempts=self._new_samples(),
+                summary=compaction.summary, messages=self.messages, call_keys=sorted(self.call_keys),
+            )
+        yield event
+        if len(after) > self.budget or len(after) >= len(before):  # freed too little: the answer, not a loop
+            yield LimitReached(step, "context", f"prompt is {len(after):,} tokens after compaction "
+                                                f"({len(before):,} before); budget is {self.budget:,}")
+            return (yield from self._force_answer(next_step, protocol.CONTEXT_LIMIT_NOTICE,
+                                                  ANSWERED_TOKEN_LIMIT, TOKEN_LIMIT_NO_ANSWER))
+        return None
+
+    def _apply(self, compaction: Compaction) -> None:
+        self.messages = [dict(m) for m in compaction.messages]
+        if compaction.restart:
+            self.call_keys.clear()
+            self.tool_calls.clear()
+            self._sampled.clear()
+            return
+        for index in compaction.forget_calls:
+            call = self.tool_calls.get(index)
+            if call is not None:
+                self.call_keys.discard(self._call_key(call))
+
+    def _write_notes(self, step: int, notice: str) -> Generator[Event, None, str | None]:
+        """One answer-shaped turn asked for with ``notice`` (a policy's ``notes_request``), not kept in the history:
+        the notice follows the last observation in the same tool response (or replaces it, when both would not fit
+        with the reserve; or comes as a tool response of its own after a user message). Returns the ``<answer>``
+        text, or None."""
+        saved = self.messages
+        last = saved[-1]["content"]
+        asked = saved + [{"role": "user", "content": protocol.observation(notice)}]
+        if protocol.is_observation(last):
+            inner = last[len(protocol.TOOL_RESPONSE_OPEN) + 1: -len(protocol.TOOL_RESPONSE_CLOSE) - 1]
+            asked = saved[:-1] + [{"role": "user", "content": protocol.observation(f"{inner}\n\n{notice}")}]
+            if self._count_tokens(asked) + self.reserve > self.engine.n_ctx:
+                asked = saved[:-1] + [{"role": "user", "content": protocol.observation(notice)}]
+        self.messages = asked
+        try:
+            attempt = yield from self._generate_turn(step, forcing=True, purpose="notes")
+        except ContextOverflowError as exc:
+            yield ErrorRaised(step, "engine", f"{type(exc).__name__}: {exc}")
+            return None
+        finally:
+            self.messages = saved
+        parsed = attempt.parsed
+        return parsed.answer if parsed is not None and parsed.kind == "answer" else None
+
+    def _new_samples(self) -> int:
+        """Samples drawn since the last journal record (a record's ``attempts``), so a resume restores the count."""
+        count, self._recorded_samples = self.samples - self._recorded_samples, self.samples
+        return count
+
+    def _count_tokens(self, messages: list[dict[str, str]] | Any) -> int:
+        saved = self.messages
+        self.messages = [dict(m) for m in messages]
+        try:
+            return len(self._prompt_ids())
+        finally:
+            self.messages = saved
+
     def _force_answer(self, step: int, notice: str, ok: str, failed: str) -> Generator[Event, None, Result]:
         """Replace the last observation by ``notice`` and generate one more turn (reference ``_force_answer``)."""
+        # The notice replaces the last observation (the reference); after a user message of its own (the question,
+        # a summarize restart) it comes as a tool response of its own, so that nothing the model was told is lost.
         self.pending_notice = protocol.observation(notice)
-        self.messages[-1] = {"role": "user", "content": self.pending_notice}
+        if protocol.is_observation(self.messages[-1]["content"]) and len(self.messages) > 2:
+            self.messages[-1] = {"role": "user", "content": self.pending_notice}
+        else:
+            self.messages.append({"role": "user", "content": self.pending_notice})
         try:
-            attempt = yield from self._generate_turn(step)
+            attempt = yield from self._generate_turn(step, forcing=True)
         except ContextOverflowError as exc:
             yield ErrorRaised(step, "engine", f"{type(exc).__name__}: {exc}")
             return (yield from self._end(failed, None))
@@ -317,18 +683,31 @@ class _Session:
         return (yield from self._end(failed, None))
 
     # ------------------------------------------------------------------------------------------- one turn
-    def _generate_turn(self, step: int) -> Generator[Event, None, _Attempt]:
-        """Sample until a turn passes the guards, or the attempts run out (reference ``_generate``)."""
+    def _generate_turn(self, step: int, *, forcing: bool = False,
+                       purpose: str = "turn") -> Generator[Event, None, _Attempt]:
+        """Sample until a turn passes the guards, or the attempts run out (reference ``_generate``).
+
+        A regular turn may not grow past the budget: its ``max_tokens`` is capped there, and a turn cut by that cap
+        comes back as ``budget_cut`` (the context policy acts, the turn is not retried). A ``forcing`` turn (the
+        final answer, a policy's notes) may use all of ``n_ctx``. ``purpose`` tags its ``TurnStarted`` events.
+        """
         prompt_ids = self._prompt_ids()
+        sampling = self.config.sampling
+        if not forcing:
+            cap = self.budget - len(prompt_ids)
+            if cap < 1:
+                return _Attempt(None, None, 0, budget_cut=True)
+            if cap < sampling.max_tokens:
+                sampling = replace(sampling, max_tokens=cap)
         last: _Attempt = _Attempt(None, None, 0)
         for attempt in range(self.config.max_retries):
             final_try = attempt == self.config.max_retries - 1
-            yield TurnStarted(step, attempt, len(prompt_ids), self.engine.n_ctx)
+            yield TurnStarted(step, attempt, len(prompt_ids), self.engine.n_ctx, purpose)
             deltas: list[str] = []
             completion = self.engine.generate(
-                prompt_ids, sampling=self.config.sampling, stop=protocol.STOP_STRINGS,
+                prompt_ids, sampling=sampling, stop=protocol.STOP_STRINGS,
                 stop_text_if=protocol.action_complete,
-                grammar=self.agent.grammar(len(self.call_keys), forcing=self.pending_notice is not None),
+                grammar=self.agent.grammar(self.totals["tool_calls"], forcing=forcing, config=self.config),
                 on_text=deltas.append, seed=self.config.seed + self.samples,
             )
             self.samples += 1
@@ -336,6 +715,9 @@ class _Session:
             self._count(completion)
             for text in deltas:
                 yield TextDelta(step, text)
+            if (sampling is not self.config.sampling and completion.finish_reason == "length"
+                    and len(completion.token_ids) >= sampling.max_tokens):
+                return _Attempt(None, completion, attempt + 1, budget_cut=True)
             if not completion.text.strip():
                 yield from self._retry(step, attempt, "empty", "the model produced no text")
                 continue
@@ -402,7 +784,7 @@ class _Session:
             generated=parsed.generated if parsed.generated != parsed.content else None,
             token_ids=tuple(completion.token_ids),
             logprobs=tuple(completion.logprobs) if completion.logprobs is not None else None,
-            finish_reason=completion.finish_reason, attempts=attempt.attempts,
+            finish_reason=completion.finish_reason, attempts=self._new_samples(),
             format_errors=tuple(e.to_dict() for e in parsed.errors),
             tool_call={"name": call.name, "arguments": call.arguments} if call else None,
             dropped_arguments=tuple(call.dropped) if call else (),
@@ -475,7 +857,7 @@ class _Session:
             self.journal.end(termination=termination, answer=answer, sources=sources, unvisited_citations=cited,
                              messages=self.messages, elapsed_s=elapsed, totals=totals, turns=self.turns)
         return Result(answer, termination, sources, cited, self.turns, list(self.messages), elapsed, totals,
-                      self.agent.trajectory_path, self.session_id)
+                      self.journal_path, self.session_id)
 
 
 _URL_RE = re.compile(r"\b(?:https?|corpus)://[^\s<>()\[\]\"']+")

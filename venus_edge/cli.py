@@ -5,6 +5,7 @@
     venus-edge eval DATA [--k N] [--judge self|GGUF|URL] [--aggregate majority|confidence|judge] [--out DIR] ...
     venus-edge quantize SOURCE --types Q4_K_M,Q8_0 --out DIR [--base-type f16]
     venus-edge inspect FILE.gguf [--json]
+    venus-edge plan MODEL [--ram SIZE] [--n-ctx N] [--kv-type f16|q8_0|q4_0] [--json]
     venus-edge train clean IN... --out OUT.jsonl [--resample] [--keep-correct]
 
 Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
 from venus_edge.errors import VenusEdgeError
 from venus_edge.events import (
+    ContextCompacted,
     ErrorRaised,
     Event,
     LimitReached,
@@ -33,7 +35,14 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.session import SetupError, add_session_arguments, check_session_arguments, open_session, rollouts
+from venus_edge.session import (
+    SetupError,
+    add_memory_arguments,
+    add_session_arguments,
+    check_session_arguments,
+    open_session,
+    rollouts,
+)
 
 if TYPE_CHECKING:
     from venus_edge.agent import Result
@@ -45,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="venus-edge", description="Run the DR-Venus deep-research agent locally.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     research = commands.add_parser("research", help="research a question with a local model and tools")
-    research.add_argument("question", help="the question to research")
+    research.add_argument("question", nargs="?", default=None,
+                          help="the question to research (omitted with --resume: the journal holds it)")
     add_session_arguments(research)
     research.add_argument("--samples", type=int, default=1, metavar="N",
                           help="research N times at once (one batch) and aggregate the answers (default 1)")
@@ -53,10 +63,44 @@ def build_parser() -> argparse.ArgumentParser:
                           help="how --samples answers become one (default majority; judge uses the model itself)")
     research.add_argument("--out", type=Path, default=None, metavar="FILE", help="append the trajectory to this JSONL file")
     research.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    research.add_argument("--resume", type=Path, default=None, metavar="FILE",
+                          help="continue a killed session from its journal FILE, with the same tools or --replay of "
+                               "their recording; its question, seed, limits and context policy come from the journal "
+                               "(those flags are ignored) and new records go to FILE")
+    research.add_argument("--session", default=None, metavar="ID",
+                          help="with --resume: the session to continue (default the journal's last unfinished one)")
+    _add_plan_command(commands)
     _add_eval_command(commands)
     _add_quantize_commands(commands)
     _add_train_command(commands)
     return parser
+
+
+def _add_plan_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    plan = commands.add_parser("plan", help="choose n_ctx and the KV-cache type that fit a model in the RAM budget")
+    plan.add_argument("model", metavar="MODEL", help="a GGUF path, or a hub repo owner/name[:file.gguf]")
+    plan.add_argument("--n-ctx", type=int, default=None, metavar="N",
+                      help="a fixed context window (default: the largest that fits, at most min(n_ctx_train, 32768))")
+    add_memory_arguments(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``venus-edge plan``: the plan ``research`` would load with (its helper context for ``visit`` included)."""
+    from venus_edge.context import available_ram_bytes, plan_memory, read_model_header
+    from venus_edge.engine import DEFAULT_HELPER_N_CTX
+    from venus_edge.models import resolve_model
+
+    if args.n_ctx is not None and args.n_ctx < 1:
+        parser.error("--n-ctx must be at least 1")
+    header = read_model_header(resolve_model(args.model))
+    plan = plan_memory(header, ram_bytes=args.ram or available_ram_bytes(), n_ctx=args.n_ctx, kv_type=args.kv_type,
+                       helper_n_ctx=DEFAULT_HELPER_N_CTX)
+    if args.json:
+        print(json.dumps({**plan.to_dict(), "header": header.to_dict()}, indent=2))
+    else:
+        print(plan.render())
+    return EXIT_ANSWERED
 
 
 def _add_eval_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -91,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "research":
             return _research(args, parser)
+        if args.command == "plan":
+            return _plan(args, parser)
         if args.command == "eval":
             from venus_edge.eval.cli import run
 
@@ -119,12 +165,22 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_session_arguments(args, parser)
     if args.samples < 1:
         parser.error("--samples must be at least 1")
+    if args.resume is not None:
+        if args.question is not None or args.samples > 1 or args.out is not None:
+            parser.error("--resume continues a recorded session: give no question, --samples or --out")
+    elif args.question is None:
+        parser.error("give the question to research (or --resume FILE)")
+    elif args.session is not None:
+        parser.error("--session ID goes with --resume FILE")
     if args.samples > 1:
         return _research_samples(args)
     with open_session(args) as session:
         agent = Agent(session.engine, session.tools, config=session.config, trajectory_path=args.out)
         progress = _Progress(sys.stderr, quiet=args.quiet)
-        stream = agent.events(args.question)
+        if args.resume is not None:
+            stream = agent.resume_events(args.resume, args.session)
+        else:
+            stream = agent.events(args.question)
         while True:
             try:
                 progress.show(next(stream))
@@ -192,6 +248,8 @@ class _Progress:
         if isinstance(event, TurnStarted):
             fill = 100 * event.prompt_tokens / max(event.n_ctx, 1)
             again = f" (attempt {event.attempt + 1})" if event.attempt else ""
+            if event.purpose == "notes":
+                return f"  notes for the context policy{again}: context {event.prompt_tokens:,}/{event.n_ctx:,} tokens"
             return f"turn {event.turn + 1}{again}: context {event.prompt_tokens:,}/{event.n_ctx:,} tokens ({fill:.0f}%)"
         if isinstance(event, TurnCompleted):
             stats = event.stats
@@ -212,8 +270,12 @@ class _Progress:
             return f"  -> {event.observation_chars:,} chars in {event.elapsed_s:.1f} s, {len(event.visited_urls)} read{failed}"
         if isinstance(event, LimitReached):
             # The turn and context limits ask for one more turn (the final answer); the time limit ends the session.
-            then = "the session ends without an answer" if event.limit == "time" else "the model is asked for its final answer"
+            then = ("the session ends without an answer" if event.limit == "time" else
+                    "the context policy acts" if event.limit == "context" else "the model is asked for its final answer")
             return f"  ! {event.limit} limit reached: {event.detail}; {then}"
+        if isinstance(event, ContextCompacted):
+            return (f"  context {event.policy}: {event.detail}; {event.tokens_before:,} -> {event.tokens_after:,} "
+                    f"tokens, {event.tokens_reevaluated:,} to evaluate again")
         if isinstance(event, ErrorRaised):
             return f"  ! error in {event.where}: {event.message}"
         if isinstance(event, SessionFinished):

@@ -31,7 +31,10 @@ import llama_cpp
 import numpy as np
 from llama_cpp import _internals
 
+from venus_edge.context.header import read_model_header
+from venus_edge.context.plan import KVType, MemoryPlan, engine_plan
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
+from venus_edge.prompt_cache import PromptCache
 from venus_edge.protocol import render_chat_parts, tokenize_message
 from venus_edge.vocab import Vocabulary
 
@@ -244,17 +247,28 @@ class LlamaCppEngine:
 
     Args:
         model_path: a local GGUF file (see ``venus_edge.models.resolve_model`` for hub repos).
-        n_ctx: context window in tokens; default ``min(n_ctx_train, 32768)``.
+        n_ctx: context window in tokens; default: the memory planner's choice for the RAM available
+            (``venus_edge.context.plan_memory``): ``min(n_ctx_train, 32768)`` when it fits, less when not.
         n_threads: decode threads; default the physical cores.
         n_batch: prompt tokens evaluated per llama.cpp batch.
         seed: sampling seed; two engines with the same seed, model and prompts give the same text.
-        kv_cache_f32: keep the KV cache in F32 (for parity checks; F16 otherwise).
+        kv_cache_f32: keep the KV cache in F32 (for parity checks; F16 otherwise); same as ``kv_type="f32"``.
+        kv_type: KV-cache type, ``f16``, ``q8_0`` or ``q4_0`` (llama.cpp ``type_k``/``type_v``); default f16 with
+            ``n_ctx`` given, else the planner's choice.
+        flash_attn: llama.cpp flash attention; default off, on for a quantized KV cache (which needs it) or when
+            the planner needs its smaller compute buffer.
+        ram_bytes: the RAM budget the planner fits the context into (default: available now); with ``n_ctx``
+            given, settings that do not fit are refused only when this is given.
         helper_n_ctx: context window in tokens of the second context that ``complete`` uses (``visit``'s
             evidence and summary), allocated on the first ``complete``; default 8192.
+        prompt_cache_dir: a folder for the persistent prompt cache (``venus_edge.prompt_cache``): the KV state of
+            the system prompt up to its date line is saved there and restored by the next engine on this model;
+            default None (off). The CLI uses ``default_prompt_cache_dir()``.
 
     Raises:
         ModelNotFoundError: no file at ``model_path``.
         ModelLoadError: llama.cpp refuses the file (corrupt, truncated, unsupported architecture).
+        MemoryPlanError: the planner finds no context that fits the RAM budget (the message says what would).
     """
 
     def __init__(
@@ -267,23 +281,34 @@ class LlamaCppEngine:
         seed: int = 0,
         kv_cache_f32: bool = False,
         helper_n_ctx: int = DEFAULT_HELPER_N_CTX,
+        prompt_cache_dir: str | os.PathLike[str] | None = None,
+        kv_type: KVType | None = None,
+        flash_attn: bool | None = None,
+        ram_bytes: int | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         check_gguf_file(self.model_path)
         threads = n_threads or physical_cores()
-        kv_type = {"type_k": 0, "type_v": 0} if kv_cache_f32 else {}
-        if n_ctx is None:
-            n_ctx = min(_n_ctx_train(self.model_path), DEFAULT_N_CTX)
+        if kv_cache_f32 and kv_type not in (None, "f32"):
+            raise ValueError(f"kv_cache_f32=True asks for an f32 KV cache, kv_type={kv_type!r} for another; pass one")
+        #: The settings this engine loaded with and their memory (``venus_edge.context.MemoryPlan``).
+        self.memory_plan: MemoryPlan = engine_plan(
+            read_model_header(self.model_path), n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else kv_type,
+            flash_attn=flash_attn, ram_bytes=ram_bytes, n_threads=threads, n_batch=n_batch, helper_n_ctx=helper_n_ctx)
+        plan = self.memory_plan
         try:
             self._llm = llama_cpp.Llama(
                 model_path=str(self.model_path),
-                n_ctx=n_ctx,
-                n_batch=min(n_batch, n_ctx),
+                n_ctx=plan.n_ctx,
+                n_batch=plan.n_batch,
+                n_ubatch=plan.n_ubatch,
                 n_threads=threads,
                 n_threads_batch=threads,
                 seed=seed,
                 verbose=False,
-                **kv_type,
+                flash_attn=plan.flash_attn,
+                type_k=plan.type_k,
+                type_v=plan.type_v,
             )
         except (ValueError, RuntimeError) as exc:
             raise ModelLoadError(self.model_path, str(exc)) from exc
@@ -295,6 +320,8 @@ class LlamaCppEngine:
         self._helper: _HelperContext | None = None
         self.helper_n_ctx = helper_n_ctx
         self._closed = False
+        self.prompt_cache = None if prompt_cache_dir is None else PromptCache(
+            prompt_cache_dir, self._llm, self.model_path, self.vocabulary.token_bytes)
 
     # ------------------------------------------------------------------------------------------ tokens
     @property
@@ -349,7 +376,7 @@ class LlamaCppEngine:
         self._check_open()
         self._llm.set_seed(self.seed if seed is None else seed)
         return self._on_decode_thread(_run_generation, self.vocabulary, self._llm, prompt_ids, sampling, stop,
-                                      stop_text_if, grammar, on_text, self._closing)
+                                      stop_text_if, grammar, on_text, self._closing, self.prompt_cache)
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
         """Complete a short chat on a second context that shares the weights (``TextCompleter`` protocol).
@@ -389,6 +416,9 @@ class LlamaCppEngine:
             "n_ctx": self.n_ctx,
             "n_ctx_train": self._llm._model.n_ctx_train(),
             "n_threads": self.n_threads,
+            "kv_type": self.memory_plan.kv_type,
+            "flash_attn": self.memory_plan.flash_attn,
+            "memory_plan": self.memory_plan.to_dict(),
         }
 
     def close(self) -> None:
@@ -487,6 +517,7 @@ def _run_generation(
     grammar: str | None,
     on_text: TokenCallback | None,
     cancel: threading.Event | None = None,
+    prompt_cache: PromptCache | None = None,
 ) -> Completion:
     """The one decode loop, for the main context and the helper context alike; ``cancel`` stops it at the next
     token (the engine is closing).
@@ -511,6 +542,8 @@ def _run_generation(
     finish: FinishReason = "length"
     decoded = 0
     start = first = time.perf_counter()
+    if prompt_cache is not None:  # restore the stable prefix from disk, or evaluate and save it (main context only)
+        reused = prompt_cache.prepare(prompt_ids, reused)
     tokens = llm.generate(
         prompt_ids, top_k=sampling.top_k, top_p=sampling.top_p, min_p=0.0, temp=sampling.temperature,
         presence_penalty=sampling.presence_penalty, repeat_penalty=1.0, grammar=compiled,

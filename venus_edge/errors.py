@@ -8,6 +8,7 @@ is what the user or the machine got wrong, and each error carries the values nee
     ├── ModelNotFoundError      no model file at a path, or a hub repo/file that cannot be fetched
     ├── ModelLoadError          a file exists but llama.cpp cannot load it (corrupt, truncated, not GGUF)
     ├── ContextOverflowError    a prompt does not fit in n_ctx
+    ├── MemoryPlanError         a model and context that do not fit in the RAM budget
     ├── EngineStateError        an engine used after close()
     ├── EngineConnectionError   a model server that cannot be reached or fails (after retries)
     └── TrajectoryError         a trajectory journal that cannot be read or resumed
@@ -19,8 +20,10 @@ from pathlib import Path
 
 __all__ = [
     "ContextOverflowError",
+    "ContextSettingsError",
     "EngineConnectionError",
     "EngineStateError",
+    "MemoryPlanError",
     "ModelLoadError",
     "ModelNotFoundError",
     "TrajectoryError",
@@ -72,6 +75,27 @@ class ContextOverflowError(VenusEdgeError):
         self.prompt_tokens = prompt_tokens
         self.n_ctx = n_ctx
         super().__init__(f"prompt is {prompt_tokens:,} tokens; n_ctx is {n_ctx:,}; {hint}")
+
+
+class ContextSettingsError(VenusEdgeError, ValueError):
+    """Session settings that cannot work together in the context window (an answer reserve larger than n_ctx, a
+    system prompt that leaves no room to research); the message names the rule, the values and the fix."""
+
+
+class MemoryPlanError(VenusEdgeError):
+    """Raised when no context window and KV-cache type fit the model in the RAM budget
+    (``venus_edge.context.plan_memory``); the message names the numbers and what would fit.
+
+    Attributes:
+        needed_bytes: resident memory of the smallest plan tried, in bytes (the weights alone when even they
+            do not fit).
+        usable_bytes: memory a plan may use: the RAM budget less the headroom, in bytes.
+    """
+
+    def __init__(self, reason: str, *, needed_bytes: int, usable_bytes: int) -> None:
+        self.needed_bytes = needed_bytes
+        self.usable_bytes = usable_bytes
+        super().__init__(reason)
 
 
 class EngineStateError(VenusEdgeError):

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from venus_edge.turn import Turn
 
 __all__ = [
+    "ContextCompacted",
     "ErrorRaised",
     "Event",
     "LimitReached",
@@ -48,13 +49,15 @@ class SessionStarted(Event):
 
 @dataclass(frozen=True)
 class TurnStarted(Event):
-    """A generation attempt begins. ``turn`` is 0-based; ``attempt`` counts retries from 0."""
+    """A generation attempt begins. ``turn`` is 0-based; ``attempt`` counts retries from 0; ``purpose`` is ``turn``,
+    or ``notes`` for the notes a context policy asks for (``summarize``), which do not enter the history."""
 
     type: ClassVar[str] = "turn_started"
     turn: int
     attempt: int
     prompt_tokens: int
     n_ctx: int
+    purpose: str = "turn"
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,23 @@ class LimitReached(Event):
     type: ClassVar[str] = "limit_reached"
     turn: int
     limit: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ContextCompacted(Event):
+    """A context policy edited the conversation (``venus_edge.context.policies``).
+
+    ``tokens_before`` / ``tokens_after`` are the prompt's tokens around the edit; ``tokens_reevaluated`` is what the
+    next turn's prefill will evaluate again (the tokens after the first one that changed), the price of the edit.
+    """
+
+    type: ClassVar[str] = "context_compacted"
+    turn: int
+    policy: str
+    tokens_before: int
+    tokens_after: int
+    tokens_reevaluated: int
     detail: str
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
+from venus_edge.context.plan import KV_TYPES, parse_size
 from venus_edge.models import DEFAULT_MODEL, DEFAULT_QUANT
 
 if TYPE_CHECKING:
@@ -68,12 +69,43 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-ctx", type=int, default=None, metavar="N",
                         help="context window in tokens (of each sample's sequence when several run at once)")
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    add_memory_arguments(parser)
+    parser.add_argument("--no-prompt-cache", action="store_true",
+                        help="do not save or restore the system prompt's KV state (kept under "
+                             "$XDG_CACHE_HOME/venus-edge/prompt-cache; see README, Prompt cache)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
     parser.add_argument("--min-tool-calls", type=int, default=0, metavar="N",
                         help="with --strict, tool calls required before an answer is allowed (default 0)")
+    parser.add_argument("--context-policy", choices=("force-answer", "keep-last-k", "summarize"),
+                        default="force-answer",
+                        help="at the context budget: force the final answer (default, as trained), keep only the "
+                             "last K tool results whole, or summarize the evidence and restart")
+    parser.add_argument("--keep-last", type=int, default=3, metavar="K",
+                        help="tool results kept whole by --context-policy keep-last-k (default 3)")
+    parser.add_argument("--answer-reserve", type=int, default=1_024, metavar="N",
+                        help="tokens of n_ctx always kept free for the final answer, at least (default 1024; "
+                             "grows to the longest turn seen)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def size_argument(text: str) -> int:
+    """``--ram`` values: bytes of ``6G``, ``512M``, ``6GiB``, ``6.5GB`` (``parse_size``); a usage error otherwise."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--kv-type`` and ``--ram``, the memory planner's flags (``research``, ``eval``, ``plan``)."""
+    parser.add_argument("--kv-type", choices=KV_TYPES, default=None,
+                        help="KV-cache type (default: the memory planner's choice; research and eval with --n-ctx "
+                             "and no --ram use f16); q8_0 and q4_0 turn on flash attention")
+    parser.add_argument("--ram", type=size_argument, default=None, metavar="SIZE",
+                        help="RAM budget for the model and its context, e.g. 6G or 512M (default: the memory "
+                             "available now); n_ctx and the KV-cache type are chosen to fit it")
 
 
 def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -89,6 +121,10 @@ def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentP
         parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
     if args.max_turns < 1:
         parser.error("--max-turns must be at least 1")
+    if args.keep_last < 0:
+        parser.error("--keep-last must be at least 0")
+    if args.answer_reserve < 0:
+        parser.error("--answer-reserve must be at least 0")
     if args.engine == "openai" and not args.base_url:
         parser.error("--engine openai needs --base-url URL (e.g. http://127.0.0.1:8080)")
     if args.base_url and args.engine != "openai":
@@ -159,7 +195,8 @@ def open_session(args: argparse.Namespace, *, logprobs: bool = False, samples: i
         engine = completer.engine = _load_engine(args, samples)
         config = AgentConfig(
             max_turns=args.max_turns, time_limit_s=args.time_limit, strict=args.strict, seed=args.seed,
-            min_tool_calls=args.min_tool_calls,
+            min_tool_calls=args.min_tool_calls, context_policy=args.context_policy, keep_last=args.keep_last,
+            answer_reserve_tokens=args.answer_reserve,
             sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, logprobs=logprobs),
         )
         yield Session(engine, tools, config)
@@ -190,6 +227,9 @@ def rollouts(
 
 
 def _load_engine(args: argparse.Namespace, samples: int) -> Any:
+    if (args.kv_type or args.ram) and (args.engine == "openai" or samples > 1):
+        raise SetupError("--kv-type and --ram plan the in-process engine of one rollout at a time; they do not "
+                         "apply to --engine openai or to several samples at once")
     if args.engine == "openai":
         from venus_edge.openai_engine import OpenAIEngine
 
@@ -203,8 +243,11 @@ def _load_engine(args: argparse.Namespace, samples: int) -> Any:
         window = args.n_ctx or DEFAULT_SAMPLE_N_CTX
         return BatchedLlamaCppEngine(path, n_seq=samples, n_ctx=window * samples, n_threads=args.threads)
     from venus_edge.engine import LlamaCppEngine
+    from venus_edge.prompt_cache import default_prompt_cache_dir
 
-    return LlamaCppEngine(path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed)
+    prompt_cache_dir = None if args.no_prompt_cache else default_prompt_cache_dir()
+    return LlamaCppEngine(path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed,
+                          prompt_cache_dir=prompt_cache_dir, kv_type=args.kv_type, ram_bytes=args.ram)
 
 
 class _EngineWhenLoaded:

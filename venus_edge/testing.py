@@ -16,6 +16,8 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from venus_edge.errors import ContextOverflowError
+
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_CPP_SDIST = "llama_cpp_python-0.3.36.tar.gz"
 
@@ -123,7 +125,8 @@ class ScriptedEngine:
     """An ``Engine`` that returns canned turns in order, to drive the real agent loop without a model.
 
     One token per character (``ord``), so every stop string is spelled as text: a turn is cut at the first stop
-    string that ``stop_text_if`` accepts, as an engine without a ``<tool_response>`` token cuts it. A turn that
+    string that ``stop_text_if`` accepts, as an engine without a ``<tool_response>`` token cuts it, and at
+    ``sampling.max_tokens`` or the room left in ``n_ctx`` (``finish_reason == "length"``). A turn that
     is an exception instance is raised instead of returned.
     Test your own tools with it: ``Agent(ScriptedEngine([tool_call_turn("mytool", x=1), answer_turn("42")]),
     [MyTool()]).run("question")``.
@@ -132,13 +135,16 @@ class ScriptedEngine:
         turns: the turns still to return (popped from the front), or a policy: a function of the prompt text that
             returns the next turn (``venus_edge.train.toyworld``'s oracle).
         n_ctx: the context size reported to the agent, in tokens.
-        prompts, grammars: every prompt (as text) and grammar the agent passed, in call order.
+        prompts, grammars, max_tokens, seeds: every prompt (as text), grammar, ``sampling.max_tokens`` and seed the
+            agent passed, in call order.
     """
 
     turns: list[Any] | Callable[[str], Any]
     n_ctx: int = 100_000
     prompts: list[str] = field(default_factory=list)
     grammars: list[str | None] = field(default_factory=list)
+    max_tokens: list[int] = field(default_factory=list)
+    seeds: list[int | None] = field(default_factory=list)
 
     def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
         return [ord(c) for c in text]
@@ -151,17 +157,25 @@ class ScriptedEngine:
                  on_text: Callable[[str], None] | None = None, seed: int | None = None) -> Any:
         from venus_edge.engine import Completion, GenerationStats  # the engine module loads llama.cpp
 
+        if len(prompt_ids) >= self.n_ctx:
+            raise ContextOverflowError(len(prompt_ids), self.n_ctx, "the scripted engine's context is full")
         self.prompts.append(self.detokenize(prompt_ids))
         self.grammars.append(grammar)
+        self.max_tokens.append(getattr(sampling, "max_tokens", 0))
+        self.seeds.append(seed)
         turn = self.turns(self.prompts[-1]) if callable(self.turns) else self.turns.pop(0)
         if isinstance(turn, BaseException):
             raise turn
         cut = _first_stop(turn, stop, stop_text_if)
         text = turn if cut is None else turn[: cut[0]]
+        finish = "eog" if cut is None else "stop"
+        limit = min(getattr(sampling, "max_tokens", len(text)), self.n_ctx - len(prompt_ids))
+        if len(text) > limit:  # as a real engine: max_tokens and the room left in n_ctx bound the turn
+            text, finish, cut = text[:max(limit, 0)], "length", None
         if on_text:
             on_text(text)
         stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(text) + 1, 0.01, 0.01)
-        return Completion(text, self.tokenize(text), "eog" if cut is None else "stop", cut and cut[1], stats)
+        return Completion(text, self.tokenize(text), finish, cut and cut[1], stats)
 
     def model_info(self) -> dict[str, Any]:
         return {"name": "scripted", "n_ctx": self.n_ctx}

@@ -10,12 +10,21 @@ flushed and fsync'ed after each, so a killed process loses at most the turn in f
      "observation": "<tool_response>\\n...\\n</tool_response>", "visited_urls": [...], "tool_failures": [...],
      "tool_attempts": [...], "stats": {...}}
     ...
+    {"record": "compaction", "session_id": ..., "turn": 7, "policy": "keep-last-k", "tokens_before": ...,
+     "tokens_after": ..., "tokens_reevaluated": ..., "detail": ..., "attempts": 0, "summary": null,
+     "messages": [...], "call_keys": [...]}
     {"record": "end", "session_id": ..., "termination": "answered", "answer": ..., "sources": [...],
      "messages": [{"role": ..., "content": ...}, ...], "elapsed_s": ..., "totals": {...}}
 
 ``messages`` in the end record is the exact conversation the model saw (system, question, then assistant turns
 and ``<tool_response>`` user messages), ready for the protocol renderer. A session without an end record (a
 killed run) is read back with ``termination == "incomplete"`` and messages rebuilt from its turn records.
+
+A ``compaction`` record (a context policy edited the conversation, ``venus_edge.context``) follows the last complete
+turn before it (``turn``: that turn's index, -1 before the first) and holds the whole conversation after the edit (``messages``) and the tool-call keys the
+duplicate guard still holds (``call_keys``), so that ``rebuild_messages`` and a resumed session see what the model
+saw; ``attempts`` counts the samples drawn since the record before it (a turn cut at the budget, a ``summarize``
+policy's notes). A turn's ``attempts`` likewise counts every sample since the record before it.
 
 Records are separated by ``\n`` alone: a text may hold any other line separator (U+2028, U+0085, ``\r``), which
 JSON keeps as it is. A line torn by a crash (cut JSON, cut UTF-8) is skipped and reported by the reader
@@ -36,9 +45,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from venus_edge.errors import TrajectoryError
+from venus_edge.protocol import is_observation
 from venus_edge.jsonl import append_record, iter_records
 from venus_edge.turn import Turn
 
@@ -50,6 +60,7 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "start": {"question": str, "system_prompt": str},
     "turn": {"content": str},
     "end": {"termination": str, "messages": list},
+    "compaction": {"turn": int, "messages": list},
 }
 logger = logging.getLogger(__name__)
 
@@ -68,6 +79,7 @@ class Trajectory:
         answer: the final answer, if any.
         sources: URLs actually read during the session.
         header: the whole start record (model, config, tools, date).
+        compactions: the ``compaction`` records of the session, in order (see the module docstring).
     """
 
     session_id: str
@@ -79,6 +91,7 @@ class Trajectory:
     answer: str | None
     sources: list[str]
     header: dict[str, Any] = field(default_factory=dict)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
 
 
 class TrajectoryWriter:
@@ -94,6 +107,9 @@ class TrajectoryWriter:
 
     def turn(self, turn: Turn) -> None:
         self._append({"record": "turn", **turn.to_dict()})
+
+    def compaction(self, **fields: Any) -> None:
+        self._append({"record": "compaction", **fields})
 
     def end(self, **fields: Any) -> None:
         self._append({"record": "end", **fields})
@@ -131,7 +147,8 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
     sessions: dict[str, dict[str, Any]] = {}
     skipped: list[SkippedLine] = []
     for number, record in _records(path, skipped):
-        session = sessions.setdefault(record["session_id"], {"start": None, "turns": [], "end": None, "line": number})
+        session = sessions.setdefault(record["session_id"], {"start": None, "turns": [], "compactions": [], "end": None,
+                                                             "line": number})
         kind = record["record"]
         missing = [name for name in _REQUIRED[kind] if not isinstance(record.get(name), _REQUIRED[kind][name])]
         if missing:
@@ -140,6 +157,8 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
             session["start"] = record
         elif kind == "turn":
             session["turns"].append(Turn.from_dict(record))
+        elif kind == "compaction":
+            session["compactions"].append(record)
         else:
             session["end"] = record
     trajectories = []
@@ -174,7 +193,7 @@ def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict
         if problem:
             skipped.append(SkippedLine(number, problem))
             continue
-        if (not isinstance(record, dict) or record.get("record") not in ("start", "turn", "end")
+        if (not isinstance(record, dict) or record.get("record") not in _REQUIRED
                 or not isinstance(record.get("session_id"), str)):
             skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and a string 'session_id')"))
             continue
@@ -182,11 +201,11 @@ def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict
 
 
 def _assemble(session_id: str, parts: dict[str, Any]) -> Trajectory:
-    start, turns, end = parts["start"], parts["turns"], parts["end"]
+    start, turns, end, compactions = parts["start"], parts["turns"], parts["end"], parts["compactions"]
     if end is not None:
         messages = end["messages"]
     else:
-        messages = rebuild_messages(start, turns)
+        messages = rebuild_messages(start, turns, compactions)
     return Trajectory(
         session_id=session_id,
         question=start["question"],
@@ -197,21 +216,34 @@ def _assemble(session_id: str, parts: dict[str, Any]) -> Trajectory:
         answer=end.get("answer") if end else None,
         sources=end.get("sources", []) if end else _visited(turns),
         header=start,
+        compactions=compactions,
     )
 
 
-def rebuild_messages(start: dict[str, Any], turns: list[Turn]) -> list[dict[str, str]]:
-    """The conversation implied by a start record and its turn records (used for killed runs and resume)."""
+def rebuild_messages(
+    start: dict[str, Any], turns: list[Turn], compactions: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, str]]:
+    """The conversation implied by a start record, its turn records and its compaction records (used for killed
+    runs and resume): a compaction after turn ``t`` replaces the whole conversation with its ``messages``."""
     messages = [
         {"role": "system", "content": start["system_prompt"]},
         {"role": "user", "content": start["question"]},
     ]
+    pending = list(compactions)
+    while pending and pending[0]["turn"] < 0:
+        messages = [dict(m) for m in pending.pop(0)["messages"]]
     for turn in turns:
-        if turn.replaces_last_observation and messages[-1]["role"] == "user" and len(messages) > 2:
-            messages[-1] = {"role": "user", "content": turn.replaces_last_observation}
+        if turn.replaces_last_observation:  # as the agent places a limit notice (Agent._force_answer)
+            notice = {"role": "user", "content": turn.replaces_last_observation}
+            if is_observation(messages[-1]["content"]) and len(messages) > 2:
+                messages[-1] = notice
+            else:
+                messages.append(notice)
         messages.append({"role": "assistant", "content": turn.content})
         if turn.observation is not None:
             messages.append({"role": "user", "content": turn.observation})
+        while pending and pending[0]["turn"] <= turn.index:
+            messages = [dict(m) for m in pending.pop(0)["messages"]]
     return messages
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "ANSWER_OPEN",
     "CONTEXT_LIMIT_NOTICE",
     "CONTROL_TOKEN_OPEN",
+    "DATE_LINE_PREFIX",
     "FORMAT_ERROR_NOTICE",
     "GENERATION_PROMPT",
     "IM_END",
@@ -25,6 +26,7 @@ __all__ = [
     "PERSONA",
     "STEP_LIMIT_NOTICE",
     "STOP_STRINGS",
+    "SUMMARY_NOTICE",
     "THINK_CLOSE",
     "THINK_OPEN",
     "TOOL_CALL_CLOSE",
@@ -32,12 +34,15 @@ __all__ = [
     "TOOL_RESPONSE_CLOSE",
     "TOOL_RESPONSE_OPEN",
     "is_observation",
+    "is_omitted_result",
     "observation",
+    "omitted_result",
     "render_chat",
     "render_chat_parts",
     "render_messages",
     "render_parts",
     "render_system_prompt",
+    "restart_question",
     "tokenize_message",
 ]
 
@@ -56,6 +61,9 @@ GENERATION_PROMPT = f"{IM_START}assistant\n{THINK_OPEN}\n"
 #: ``stop_text_if=action_complete`` with them: where the vocabulary spells ``<tool_response>`` in several tokens,
 #: the text stops a turn only after its action (``turn_end``).
 STOP_STRINGS: tuple[str, ...] = (TOOL_RESPONSE_OPEN,)
+
+#: The last line of the system prompt starts so; the prompt cache keeps the KV state of all before it.
+DATE_LINE_PREFIX = "Current date: "
 
 # The persona the model was trained with (DR-Venus Inference/run_demo.py, SYSTEM_PROMPT; Apache-2.0).
 # It is part of the wire format: any change to it is a change of protocol.
@@ -96,6 +104,42 @@ STEP_LIMIT_NOTICE = (
 
 Role = Literal["system", "user", "assistant"]
 
+# Texts of our context policies (``venus_edge.context``), not of the reference: DR-Venus never compacts its context.
+# Written in the voice of the notices above, so that an observation still reads as the tool layer speaking.
+SUMMARY_NOTICE = (
+    "The context is nearly full. Write down everything you have found so far that helps answer the question: the "
+    "facts, names, dates and numbers, the URL each came from, and what is still missing. Put these notes in "
+    "`<answer></answer>` tags; the research will continue from them."
+)
+_OMITTED_PREFIX = "[Result omitted to free context: "
+_OMITTED_SUFFIX = ". Call the tool again if you need it.]"
+_RESTART_NOTES = "\n\nNotes from your research so far (earlier turns were removed to free context):\n"
+_RESTART_SOURCES = "\n\nPages already read:\n"
+
+
+def omitted_result(call: Mapping[str, Any]) -> str:
+    """The stub that replaces a tool result dropped by the ``keep-last-k`` policy: it names the call (its query,
+    or its URL and goal), so the model knows what it had and can call again. ``call`` is ``{"name", "arguments"}``."""
+    arguments = call.get("arguments")
+    shown: Any = arguments
+    if isinstance(arguments, Mapping):
+        shown = {key: arguments[key] for key in ("query", "url", "goal") if key in arguments} or dict(arguments)
+    return f"{_OMITTED_PREFIX}{call.get('name')} {json.dumps(shown, ensure_ascii=False)}{_OMITTED_SUFFIX}"
+
+
+def is_omitted_result(content: str) -> bool:
+    """True for an observation message that is an ``omitted_result`` stub."""
+    return is_observation(content) and content[len(TOOL_RESPONSE_OPEN) + 1:].startswith(_OMITTED_PREFIX)
+
+
+def restart_question(question: str, notes: str, visited: Sequence[str]) -> str:
+    """The user message a ``summarize`` restart begins with: the question, the model's notes, the pages read."""
+    text = f"{question}{_RESTART_NOTES}{notes}"
+    if visited:
+        text += _RESTART_SOURCES + "\n".join(f"- {url}" for url in visited)
+    return text
+
+
 
 def render_system_prompt(tool_schemas: Iterable[Mapping[str, Any]], today: Date | str) -> str:
     """Return the system message text: persona, ``# Tools`` block with one JSON schema per line, date line.
@@ -108,7 +152,7 @@ def render_system_prompt(tool_schemas: Iterable[Mapping[str, Any]], today: Date 
     """
     day = today.isoformat() if isinstance(today, Date) else str(today)
     schemas = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in tool_schemas)
-    return f"{PERSONA}\n\n{_TOOLS_HEADER}{schemas}{_TOOLS_FOOTER}\n\nCurrent date: {day}\n"
+    return f"{PERSONA}\n\n{_TOOLS_HEADER}{schemas}{_TOOLS_FOOTER}\n\n{DATE_LINE_PREFIX}{day}\n"
 
 
 def observation(text: str) -> str:

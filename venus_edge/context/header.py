@@ -1,0 +1,331 @@
+"""The facts a memory plan needs from a GGUF file's header, read with the standard library only.
+
+The runtime may not import ``gguf`` (the quantize extra) or load the weights to learn a model's shape, so this
+module walks the header itself: magic, version, tensor count, metadata key/values, tensor infos, and the data
+offset (``general.alignment``). The layout is GGUF v2/v3 as written by ``gguf.GGUFWriter``
+(gguf-py/gguf/gguf_writer.py) and read by llama.cpp's ``gguf_init_from_file`` (ggml/src/gguf.cpp). Tensor data is
+never read; its size is computed from the tensor infos and checked against the file size.
+
+Usage::
+
+    header = read_model_header("DR-Venus-4B-RL-Q4_K_M.gguf")
+    header.n_layer, header.n_head_kv, header.head_dim_k, header.weight_bytes   # 36, 8, 128, 2_497_281_024
+
+Departures from llama.cpp's reader:
+1. Arrays of strings (the vocabulary, the merges) are walked, not decoded: their value is a ``StringArray``
+   that holds only the length. Reading 150k token strings would take longer than everything else together.
+2. A per-layer KV-head array (``head_count_kv`` as an array, as some architectures write it) is reduced to its
+   largest value, so a plan over-counts the KV cache of such models rather than under-counting it.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from venus_edge.errors import ModelLoadError, ModelNotFoundError
+
+__all__ = ["ModelHeader", "StringArray", "TensorInfo", "read_model_header"]
+
+GGUF_MAGIC = b"GGUF"
+GGUF_DEFAULT_ALIGNMENT = 32
+
+# gguf_type (ggml/include/gguf.h): value type id -> struct format. 8 is STRING, 9 is ARRAY.
+_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
+                   12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+# ggml_type id -> (elements per block, bytes per block): GGML_QUANT_SIZES in gguf-py/gguf/constants.py.
+GGML_BLOCK_SIZES: Mapping[int, tuple[int, int]] = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 36),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
+    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82),
+    23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2),
+    34: (256, 54), 35: (256, 66), 39: (32, 17), 40: (64, 36), 41: (128, 18), 42: (64, 18),
+}
+
+# LLAMA_FTYPE (include/llama.h, enum llama_ftype) -> the usual name of the file's quant type.
+FILE_TYPES: Mapping[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+    19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
+    26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4_MOE",
+}
+
+
+@dataclass(frozen=True)
+class StringArray:
+    """A metadata array of strings that was walked but not decoded (the vocabulary, the merges)."""
+
+    length: int
+
+
+@dataclass(frozen=True)
+class ModelHeader:
+    """A model's shape and size, as a memory plan needs them.
+
+    Built by ``read_model_header`` from a file, or directly from known dimensions (the README's DR-Venus-4B
+    presets). Counts are plain numbers; sizes are bytes.
+
+    Attributes:
+        architecture: ``general.architecture`` (``qwen3``, ``llama``, ``qwen2``).
+        n_layer: transformer blocks (``{arch}.block_count``).
+        n_head: query heads (``{arch}.attention.head_count``).
+        n_head_kv: key/value heads (``{arch}.attention.head_count_kv``; ``n_head`` when absent).
+        n_embd: hidden size (``{arch}.embedding_length``).
+        head_dim_k: elements per key head (``{arch}.attention.key_length``, else ``n_embd / n_head``).
+        head_dim_v: elements per value head (``{arch}.attention.value_length``, else ``n_embd / n_head``).
+        n_ff: feed-forward width (``{arch}.feed_forward_length``; the largest, if per layer; 0 when absent).
+        n_vocab: vocabulary entries (``{arch}.vocab_size``, else the length of ``tokenizer.ggml.tokens``).
+        n_ctx_train: training context length in tokens (``{arch}.context_length``), or None when absent.
+        file_type: the quant type's name (``general.file_type``, e.g. ``Q4_K_M``), or None when absent.
+        weight_bytes: bytes of tensor data (the sum over tensor infos).
+        n_params: parameters (elements over all tensors); 0 for a header built from dimensions without it.
+        path: the file read, or None for a header built from dimensions.
+        tensors: the tensor infos (empty for a header built from dimensions).
+        metadata: every key/value of the header (string arrays as ``StringArray``; numeric arrays as tuples).
+    """
+
+    architecture: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_embd: int
+    head_dim_k: int
+    head_dim_v: int
+    n_vocab: int
+    n_ctx_train: int | None
+    weight_bytes: int
+    n_ff: int = 0
+    file_type: str | None = None
+    n_params: int = 0
+    path: Path | None = None
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False, compare=False)
+    metadata: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def n_embd_k_gqa(self) -> int:
+        """Key elements per token per layer (``n_embd_k_gqa`` in llama.cpp's llama-hparams.cpp)."""
+        return self.head_dim_k * self.n_head_kv
+
+    @property
+    def n_embd_v_gqa(self) -> int:
+        """Value elements per token per layer (``n_embd_v_gqa`` in llama-hparams.cpp)."""
+        return self.head_dim_v * self.n_head_kv
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dimensions as a JSON-ready dict (``metadata`` left out)."""
+        return {
+            "path": None if self.path is None else str(self.path), "architecture": self.architecture,
+            "file_type": self.file_type, "n_params": self.n_params, "weight_bytes": self.weight_bytes,
+            "n_layer": self.n_layer, "n_head": self.n_head, "n_head_kv": self.n_head_kv, "n_embd": self.n_embd,
+            "head_dim_k": self.head_dim_k, "head_dim_v": self.head_dim_v, "n_ff": self.n_ff,
+            "n_vocab": self.n_vocab, "n_ctx_train": self.n_ctx_train,
+        }
+
+
+class _Cursor:
+    """Little-endian reads from a buffer; running past its end is a truncated header."""
+
+    def __init__(self, buffer: memoryview, path: Path) -> None:
+        self.buffer, self.position, self.path = buffer, 0, path
+
+    def take(self, n_bytes: int) -> memoryview:
+        end = self.position + n_bytes
+        if end > len(self.buffer):
+            raise ModelLoadError(self.path, f"truncated GGUF header: it needs byte {end:,}, the file has "
+                                            f"{len(self.buffer):,}")
+        view = self.buffer[self.position:end]
+        self.position = end
+        return view
+
+    def scalar(self, fmt: str) -> Any:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        raw = self.take(self.scalar("<Q"))
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ModelLoadError(self.path, f"corrupt GGUF header: a string before byte {self.position:,} is not "
+                                            f"UTF-8 ({exc.reason})") from exc
+
+    def value(self, value_type: int) -> Any:
+        if value_type == _STRING:
+            return self.string()
+        if value_type == _ARRAY:
+            return self.array()
+        if value_type not in _SCALAR_FORMATS:
+            raise ModelLoadError(self.path, f"corrupt GGUF header: unknown value type {value_type} before byte "
+                                            f"{self.position:,}")
+        return self.scalar(_SCALAR_FORMATS[value_type])
+
+    def array(self) -> tuple[Any, ...] | StringArray:
+        item_type, count = self.scalar("<I"), self.scalar("<Q")
+        if item_type in _SCALAR_FORMATS:
+            item_format = _SCALAR_FORMATS[item_type]
+            raw = self.take(count * struct.calcsize(item_format))
+            return tuple(item for (item,) in struct.iter_unpack(item_format, raw))
+        if item_type == _STRING:
+            for _ in range(count):
+                self.take(self.scalar("<Q"))
+            return StringArray(count)
+        return tuple(self.value(item_type) for _ in range(count))
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor's header entry.
+
+    Attributes:
+        name: the GGUF tensor name (``blk.0.ffn_down.weight``).
+        shape: extents in ggml order (row length first).
+        ggml_type: the ggml type id (``ggml_type`` in ggml/include/ggml.h: 12 is Q4_K).
+        offset: bytes from the start of the tensor data.
+        n_bytes: bytes of data, or -1 for a type missing from ``GGML_BLOCK_SIZES``.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+    n_bytes: int
+
+    @property
+    def n_elements(self) -> int:
+        return math.prod(self.shape)
+
+
+def _tensor_bytes(shape: tuple[int, ...], ggml_type: int) -> int:
+    if ggml_type not in GGML_BLOCK_SIZES:
+        return -1
+    block, type_bytes = GGML_BLOCK_SIZES[ggml_type]
+    return math.prod(shape) // block * type_bytes
+
+
+def _parse(buffer: memoryview, path: Path) -> tuple[dict[str, Any], list[TensorInfo], int]:
+    """Metadata, tensor infos and the data offset of a GGUF buffer (gguf-py/gguf/gguf_reader.py's layout)."""
+    cursor = _Cursor(buffer, path)
+    magic = bytes(cursor.take(4))
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(path, f"not a GGUF file (first bytes {magic!r}, expected {GGUF_MAGIC!r})")
+    version = cursor.scalar("<I")
+    if version not in (2, 3):
+        raise ModelLoadError(path, f"GGUF version {version} is not supported (expected 2 or 3)")
+    n_tensors, n_kv = cursor.scalar("<Q"), cursor.scalar("<Q")
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cursor.string()
+        metadata[key] = cursor.value(cursor.scalar("<I"))
+    tensors = []
+    for _ in range(n_tensors):
+        name = cursor.string()
+        n_dims = cursor.scalar("<I")
+        if n_dims > 8:
+            raise ModelLoadError(path, f"corrupt GGUF header: tensor {name!r} has {n_dims} dimensions (at most 8)")
+        shape = tuple(cursor.scalar("<Q") for _ in range(n_dims))
+        ggml_type, offset = cursor.scalar("<I"), cursor.scalar("<Q")
+        tensors.append(TensorInfo(name, shape, ggml_type, offset, _tensor_bytes(shape, ggml_type)))
+    alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment < 1:
+        raise ModelLoadError(path, f"corrupt GGUF header: general.alignment is {alignment!r}")
+    data_offset = -(-cursor.position // alignment) * alignment
+    return metadata, tensors, data_offset
+
+
+def _weight_bytes(tensors: list[TensorInfo], data_offset: int, file_size: int, path: Path) -> int:
+    """Bytes of tensor data, from the tensor infos; checks that the file holds them all.
+
+    A tensor of a type missing from ``GGML_BLOCK_SIZES`` (a type newer than this table) makes the size the
+    data offset to the file end instead.
+    """
+    if any(t.n_bytes < 0 for t in tensors):
+        return max(0, file_size - data_offset)
+    if tensors:
+        last = max(tensors, key=lambda t: t.offset + t.n_bytes)
+        if data_offset + last.offset + last.n_bytes > file_size:
+            raise ModelLoadError(path, f"truncated GGUF file: tensor {last.name} ends at byte "
+                                       f"{data_offset + last.offset + last.n_bytes:,}, the file has {file_size:,}")
+    return sum(t.n_bytes for t in tensors)
+
+
+def _largest(value: Any) -> Any:
+    """A per-layer array reduced to its largest entry (departure 2); a scalar as it is."""
+    return max(value) if isinstance(value, tuple) and value else value
+
+
+def _header_from_metadata(metadata: Mapping[str, Any], tensors: list[TensorInfo], weight_bytes: int,
+                          path: Path) -> ModelHeader:
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str):
+        raise ModelLoadError(path, "the GGUF header has no general.architecture")
+
+    def number(key: str, default: int | None = None) -> int:
+        value = _largest(metadata.get(f"{arch}.{key}", default))
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ModelLoadError(path, f"the GGUF header has no usable {arch}.{key} (found {value!r})")
+        return value
+
+    n_embd, n_head = number("embedding_length"), number("attention.head_count")
+    if n_head < 1:
+        raise ModelLoadError(path, f"the GGUF header has {arch}.attention.head_count = 0")
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    n_vocab = number("vocab_size", tokens.length if isinstance(tokens, StringArray) else None)
+    n_ctx_train = metadata.get(f"{arch}.context_length")
+    file_type = metadata.get("general.file_type")
+    return ModelHeader(
+        architecture=arch,
+        n_layer=number("block_count"),
+        n_head=n_head,
+        n_head_kv=number("attention.head_count_kv", n_head),
+        n_embd=n_embd,
+        head_dim_k=number("attention.key_length", n_embd // n_head),
+        head_dim_v=number("attention.value_length", n_embd // n_head),
+        n_ff=number("feed_forward_length", 0),
+        n_vocab=n_vocab,
+        n_ctx_train=int(n_ctx_train) if isinstance(n_ctx_train, int) and n_ctx_train > 0 else None,
+        file_type=FILE_TYPES.get(file_type, str(file_type)) if isinstance(file_type, int) else None,
+        weight_bytes=weight_bytes,
+        n_params=sum(t.n_elements for t in tensors),
+        path=path,
+        tensors=tuple(tensors),
+        metadata=metadata,
+    )
+
+
+def read_model_header(path: str | Path) -> ModelHeader:
+    """Read a GGUF file's header (not its tensor data) into a ``ModelHeader``.
+
+    Args:
+        path: a local GGUF file.
+
+    Raises:
+        ModelNotFoundError: no such file.
+        ModelLoadError: empty, not GGUF, an unsupported version, a corrupt or truncated header, tensor data
+            shorter than the header promises, or a header without the dimensions a plan needs. The message
+            names the path.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFoundError(str(path), "no such file")
+    try:
+        with path.open("rb") as handle:
+            size = path.stat().st_size
+            if size == 0:
+                raise ModelLoadError(path, "the file is empty (0 bytes)")
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    metadata, tensors, data_offset = _parse(view, path)
+                finally:
+                    view.release()
+    except OSError as exc:
+        raise ModelLoadError(path, f"{type(exc).__name__}: {exc}") from exc
+    except (struct.error, OverflowError, MemoryError, ValueError) as exc:
+        raise ModelLoadError(path, f"corrupt GGUF header ({type(exc).__name__}: {exc})") from exc
+    return _header_from_metadata(metadata, tensors, _weight_bytes(tensors, data_offset, size, path), path)
