@@ -236,6 +236,10 @@ def test_omitted_result_names_the_call_and_is_recognised():
     assert protocol.is_omitted_result(protocol.observation(stub))
     assert not protocol.is_omitted_result(protocol.observation("[Result omitted to free context"))
     assert not protocol.is_omitted_result(stub)  # not wrapped as an observation
+    for text in (stub, "", "two\nlines\n"):
+        assert protocol.observation_text(protocol.observation(text)) == text
+    with pytest.raises(ValueError, match="not a <tool_response> message"):
+        protocol.observation_text(stub)
 
 
 def test_a_turn_keeps_its_configured_max_tokens_when_the_budget_allows(tools):

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import date as Date
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Generator, Iterable, Iterator, Mapping
+from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 from venus_edge import protocol
 from venus_edge.context.policies import Compaction, CompactionContext, ContextPolicy, make_policy
@@ -631,8 +631,8 @@ class _Session:
         last = saved[-1]["content"]
         asked = saved + [{"role": "user", "content": protocol.observation(notice)}]
         if protocol.is_observation(last):
-            inner = last[len(protocol.TOOL_RESPONSE_OPEN) + 1: -len(protocol.TOOL_RESPONSE_CLOSE) - 1]
-            asked = saved[:-1] + [{"role": "user", "content": protocol.observation(f"{inner}\n\n{notice}")}]
+            text = protocol.observation_text(last)
+            asked = saved[:-1] + [{"role": "user", "content": protocol.observation(f"{text}\n\n{notice}")}]
             if self._count_tokens(asked) + self.reserve > self.engine.n_ctx:
                 asked = saved[:-1] + [{"role": "user", "content": protocol.observation(notice)}]
         self.messages = asked
@@ -651,13 +651,8 @@ class _Session:
         count, self._recorded_samples = self.samples - self._recorded_samples, self.samples
         return count
 
-    def _count_tokens(self, messages: list[dict[str, str]] | Any) -> int:
-        saved = self.messages
-        self.messages = [dict(m) for m in messages]
-        try:
-            return len(self._prompt_ids())
-        finally:
-            self.messages = saved
+    def _count_tokens(self, messages: Sequence[Mapping[str, str]]) -> int:
+        return len(self._prompt_ids(messages))
 
     def _force_answer(self, step: int, notice: str, ok: str, failed: str) -> Generator[Event, None, Result]:
         """Replace the last observation by ``notice`` and generate one more turn (reference ``_force_answer``)."""
@@ -799,7 +794,7 @@ class _Session:
         yield TurnCompleted.from_turn(turn)
 
     # ------------------------------------------------------------------------------------------- helpers
-    def _prompt_ids(self) -> list[int]:
+    def _prompt_ids(self, messages: Sequence[Mapping[str, str]] | None = None) -> list[int]:
         """Token ids of the rendered conversation, built so that the KV cache is reused to the last token.
 
         Each message is tokenized once and cached. When the history renders a model turn exactly as it was
@@ -807,16 +802,17 @@ class _Session:
         is the same, but a sampler may pick token boundaries the tokenizer would not, and every token after the
         first difference would be evaluated again.
         """
+        messages = self.messages if messages is None else messages
         ids: list[int] = []
-        for index, part in enumerate(protocol.render_parts(self.messages)):
+        for index, part in enumerate(protocol.render_parts(messages)):
             key = (index, part)
             if key not in self._segments:
-                self._segments[key] = self._segment_ids(index, part)
+                self._segments[key] = self._segment_ids(index, part, messages)
             ids.extend(self._segments[key])
         return ids
 
-    def _segment_ids(self, index: int, part: str) -> list[int]:
-        """Token ids of message ``index`` rendered as ``part``.
+    def _segment_ids(self, index: int, part: str, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """Token ids of message ``index`` of ``messages`` rendered as ``part``.
 
         A sampled turn in canonical form keeps its sampled ids; any other message goes through
         ``protocol.tokenize_message``, so control-token text in a content (a page in an observation, a model
@@ -828,7 +824,7 @@ class _Session:
         if sampled is not None:
             if part == head + sampled.text + tail and self.engine.detokenize(sampled.token_ids) == sampled.text:
                 return tokenize(head) + sampled.token_ids + tokenize(tail)
-        message = self.messages[index] if index < len(self.messages) else None
+        message = messages[index] if index < len(messages) else None
         if message is not None and message["role"] != "system":
             head = f"{protocol.IM_START}{message['role']}\n"
             if part.startswith(head) and part.endswith(tail):

@@ -36,6 +36,7 @@ __all__ = [
     "is_observation",
     "is_omitted_result",
     "observation",
+    "observation_text",
     "omitted_result",
     "render_chat",
     "render_chat_parts",
@@ -158,6 +159,17 @@ def render_system_prompt(tool_schemas: Iterable[Mapping[str, Any]], today: Date 
 def observation(text: str) -> str:
     """Wrap a tool result as the user message that carries it: ``<tool_response>\\n{text}\\n</tool_response>``."""
     return f"{TOOL_RESPONSE_OPEN}\n{text}\n{TOOL_RESPONSE_CLOSE}"
+
+
+def observation_text(content: str) -> str:
+    """The tool result inside an observation message (the inverse of ``observation``).
+
+    Raises:
+        ValueError: ``content`` is not an observation.
+    """
+    if not is_observation(content):
+        raise ValueError(f"not a {TOOL_RESPONSE_OPEN} message: {content[:60]!r}")
+    return content[len(TOOL_RESPONSE_OPEN) + 1: len(content) - len(TOOL_RESPONSE_CLOSE) - 1]
 
 
 def is_observation(content: str) -> bool:
