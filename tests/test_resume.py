@@ -1,6 +1,7 @@
 """Crash safety: a session killed with SIGKILL mid-turn resumes from its journal and ends with the trajectory an
 uninterrupted run makes: no turn lost or repeated. The model is scripted (a function of the prompt, so that it
-answers the same in any process), the tools are the real corpus tools."""
+answers the same in any process), the tools are the real corpus tools, recorded in the uninterrupted run and
+replayed in the killed and the resumed one."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ CHILD = textwrap.dedent('''
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from test_resume import researcher, make_agent
-    corpus, journal, marker, kill_at, policy = sys.argv[1:6]
+    corpus, journal, marker, kill_at, policy, replay = sys.argv[1:7]
 
     calls = []
 
@@ -40,7 +41,7 @@ CHILD = textwrap.dedent('''
             time.sleep(300)
         return researcher(prompt)
 
-    make_agent(slow, Path(corpus), Path(journal), policy).run("Which modules did you read about?")
+    make_agent(slow, Path(corpus), Path(journal), policy, replay=Path(replay)).run("Which modules did you read about?")
 ''')
 QUERIES = ["tomllib", "pickle protocol", "json module", "asyncio", "pathlib", "dataclasses", "typing", "zipfile"]
 N_CTX = 9_000
@@ -63,10 +64,11 @@ def researcher(prompt: str) -> str:
     return tool_call_turn("search", query=[todo[0]]) if todo else answer_turn("all of them")
 
 
-def make_agent(policy_fn, corpus: Path, journal: Path, policy: str) -> Agent:
+def make_agent(policy_fn, corpus: Path, journal: Path, policy: str, *, record: Path | None = None,
+               replay: Path | None = None) -> Agent:
     config = AgentConfig(answer_reserve_tokens=400, context_policy=policy, keep_last=1, seed=7)
-    return Agent(ScriptedEngine(policy_fn, n_ctx=N_CTX), default_tools([corpus]), config=config,
-                 trajectory_path=journal)
+    tools = default_tools([] if replay else [corpus], record_dir=record, replay_dir=replay)
+    return Agent(ScriptedEngine(policy_fn, n_ctx=N_CTX), tools, config=config, trajectory_path=journal)
 
 
 def _comparable(trajectory) -> dict:
@@ -82,15 +84,16 @@ def _comparable(trajectory) -> dict:
 
 @pytest.mark.parametrize("policy, kill_at", [("force-answer", 2), ("keep-last-k", 5), ("summarize", 5)])
 def test_a_session_killed_mid_turn_resumes_to_the_uninterrupted_trajectory(docs_corpus, tmp_path, policy, kill_at):
-    reference_journal = tmp_path / "reference.jsonl"
-    make_agent(researcher, docs_corpus, reference_journal, policy).run("Which modules did you read about?")
+    reference_journal, records = tmp_path / "reference.jsonl", tmp_path / "records"
+    make_agent(researcher, docs_corpus, reference_journal, policy, record=records).run(
+        "Which modules did you read about?")
     [reference] = read_journal(reference_journal).trajectories
     assert len(reference.turns) > kill_at, "the kill must land inside the session"
 
     journal, marker = tmp_path / "killed.jsonl", tmp_path / "marker"
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD.format(tests=str(Path(__file__).parent)), str(docs_corpus), str(journal),
-         str(marker), str(kill_at), policy], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+         str(marker), str(kill_at), policy, str(records)], env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
@@ -106,7 +109,7 @@ def test_a_session_killed_mid_turn_resumes_to_the_uninterrupted_trajectory(docs_
     assert killed.termination == "incomplete" and 0 < len(killed.turns) < len(reference.turns)
     assert _comparable(killed)["turns"] == _comparable(reference)["turns"][: len(killed.turns)]
 
-    result = make_agent(researcher, docs_corpus, tmp_path / "unused.jsonl", policy).resume(journal)
+    result = make_agent(researcher, docs_corpus, tmp_path / "unused.jsonl", policy, replay=records).resume(journal)
     assert not (tmp_path / "unused.jsonl").exists()  # the resumed session goes on in its own journal
     [resumed] = read_journal(journal).trajectories
     assert [t.index for t in resumed.turns] == list(range(len(resumed.turns)))  # none lost, none repeated
