@@ -203,3 +203,20 @@ def test_resume_at_every_record_boundary_gives_the_uninterrupted_session(docs_co
         assert _comparable(resumed) == _comparable(reference), f"cut after record {cut}"
         assert agent.engine.seeds == reference_seeds[len(reference_seeds) - len(agent.engine.seeds):]
         assert result.trajectory_path == journal and result.answer == reference.answer
+
+
+def test_resume_at_another_n_ctx_warns(docs_corpus, tmp_path, caplog):
+    journal = tmp_path / "t.jsonl"
+    make_agent(researcher, docs_corpus, journal, "keep-last-k").run("Which modules did you read about?")
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:3]))  # the start record and two turns: killed in the third
+    config = AgentConfig(answer_reserve_tokens=400)
+    wider = Agent(ScriptedEngine(researcher, n_ctx=N_CTX + 1_000), default_tools([docs_corpus]), config=config)
+    with caplog.at_level("WARNING", logger="venus_edge.agent"):
+        wider.resume(journal)
+    assert f"at n_ctx {N_CTX + 1_000:d}; it ran at {N_CTX:d}" in caplog.text
+    caplog.clear()
+    journal.write_text("".join(lines[:3]))
+    with caplog.at_level("WARNING", logger="venus_edge.agent"):
+        make_agent(researcher, docs_corpus, tmp_path / "unused.jsonl", "keep-last-k").resume(journal)
+    assert "n_ctx" not in caplog.text

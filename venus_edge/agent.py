@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import re
 import time
 import traceback
@@ -70,6 +71,7 @@ from venus_edge.trajectory import Trajectory, TrajectoryWriter, read_journal, re
 from venus_edge.turn import Turn
 
 __all__ = ["Agent", "AgentConfig", "Result"]
+logger = logging.getLogger(__name__)
 
 # Termination reasons, as the reference loop records them.
 ANSWERED = "answered"
@@ -333,6 +335,11 @@ class Agent:
             raise TrajectoryError(path, 0, f"session {trajectory.session_id}: its config cannot be read ({exc})") \
                 from exc
         self._check_context(recorded)
+        recorded_n_ctx = (trajectory.header.get("model") or {}).get("n_ctx")
+        if recorded_n_ctx and recorded_n_ctx != self.engine.n_ctx:
+            logger.warning("resuming session %s at n_ctx %d; it ran at %d, so its budget and compactions will differ "
+                           "from an uninterrupted run (give the same --n-ctx)", trajectory.session_id,
+                           self.engine.n_ctx, recorded_n_ctx)
         names = [schema.get("function", schema).get("name") for schema in trajectory.header.get("tools", [])]
         if trajectory.header.get("tools") != self.registry.schemas:
             raise TrajectoryError(path, 0, f"session {trajectory.session_id} was recorded with the tools "
