@@ -18,7 +18,7 @@ from venus_edge.toolbox import default_tools
 from venus_edge.tools.base import ToolResult
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import SearchTool
-from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
+from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.tools.web_search import SearchAttempt
 from venus_edge.trajectory import read_trajectories
 
@@ -37,13 +37,8 @@ def run(turns, tools, tmp_path=None, **config):
     engine = ScriptedEngine(list(turns))
     agent = Agent(engine, tools, config=AgentConfig(**config),
                   trajectory_path=tmp_path / "t.jsonl" if tmp_path else None)
-    events = []
-    stream = agent.events("When was tomllib added to Python?")
-    while True:
-        try:
-            events.append(next(stream))
-        except StopIteration as stop:
-            return stop.value, events, engine
+    result, events = collect_events(agent.events("When was tomllib added to Python?"))
+    return result, events, engine
 
 
 def observations(result) -> list[str]:

@@ -15,7 +15,7 @@ from venus_edge.engine import SamplingParams
 from venus_edge.errors import ContextSettingsError
 from venus_edge.context.policies import ContextPolicy, Compaction
 from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
-from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
+from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_journal, rebuild_messages
 
@@ -46,12 +46,8 @@ def run(tools, tmp_path, n_ctx, **config):
     engine = ScriptedEngine(researcher, n_ctx=n_ctx)
     agent = Agent(engine, tools, config=AgentConfig(answer_reserve_tokens=400, **config),
                   trajectory_path=tmp_path / "t.jsonl")
-    stream, events = agent.events(QUESTION), []
-    while True:
-        try:
-            events.append(next(stream))
-        except StopIteration as stop:
-            return stop.value, events, engine
+    result, events = collect_events(agent.events(QUESTION))
+    return result, events, engine
 
 
 def searches(result) -> list[str]:
@@ -140,14 +136,7 @@ def test_a_turn_that_reaches_the_budget_is_cut_there_and_the_answer_still_fits(t
     engine = ScriptedEngine([tool_call_turn("search", query=["tomllib"]), rambling, answer_turn("3.11")],
                             n_ctx=8_000)
     agent = Agent(engine, tools, config=AgentConfig(answer_reserve_tokens=500))
-    events = []
-    stream = agent.events(QUESTION)
-    while True:
-        try:
-            events.append(next(stream))
-        except StopIteration as stop:
-            result = stop.value
-            break
+    result, events = collect_events(agent.events(QUESTION))
     assert result.termination == "answered_token_limit" and result.answer == "3.11"
     assert any(isinstance(e, LimitReached) and "before it ended" in e.detail for e in events)
     assert max(len(p) for p in engine.prompts) < 8_000

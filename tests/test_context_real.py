@@ -10,6 +10,7 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engine import LlamaCppEngine, SamplingParams
 from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
 from venus_edge.grammar import GrammarLimits
+from venus_edge.testing import collect_events
 from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_journal
 
@@ -38,12 +39,7 @@ def research(engine, tools, journal, policy):
         grammar_limits=GrammarLimits(reasoning_chars=60, string_chars=40, list_items=1, answer_chars=120),
     )
     agent = Agent(engine, tools, config=config, trajectory_path=journal)
-    stream, events = agent.events(QUESTION), []
-    while True:
-        try:
-            events.append(next(stream))
-        except StopIteration as stop:
-            return stop.value, events
+    return collect_events(agent.events(QUESTION))
 
 
 @pytest.fixture(scope="module")

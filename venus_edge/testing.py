@@ -109,6 +109,16 @@ class LlamaServer:
             self.process.wait()
 
 
+def collect_events(stream: Any) -> tuple[Any, list[Any]]:
+    """Run an ``Agent.events`` (or ``resume_events``) generator to its end: ``(Result, [Event, ...])``."""
+    events = []
+    while True:
+        try:
+            events.append(next(stream))
+        except StopIteration as stop:
+            return stop.value, events
+
+
 def tool_call_turn(name: str, **arguments: Any) -> str:
     """A model turn (PROTOCOL.md) that calls tool ``name`` with ``arguments``, for ``ScriptedEngine``."""
     call = json.dumps({"name": name, "arguments": arguments})
