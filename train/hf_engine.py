@@ -159,7 +159,7 @@ class TransformersEngine:
                 decoded = self.detokenize(sampled)
                 if not decoded.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its next byte
                     if stream.feed(decoded[len(text):]):
-                        finish = "stop"
+                        finish = stream.finish_reason
                         text = decoded
                         break
                     text = decoded

@@ -36,6 +36,7 @@ import contextlib
 import copy
 import logging
 import re
+import threading
 import time
 import traceback
 import uuid
@@ -47,7 +48,7 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 from venus_edge import protocol
 from venus_edge.context.policies import Compaction, CompactionContext, ContextPolicy, make_policy
-from venus_edge.engine import Completion, Engine, SamplingParams
+from venus_edge.engine import Completion, Engine, SamplingParams, stream_generation
 from venus_edge.errors import ContextOverflowError, ContextSettingsError, EngineConnectionError, TrajectoryError
 from venus_edge.grammar import GrammarLimits, turn_grammar
 from venus_edge.events import (
@@ -81,6 +82,8 @@ TOKEN_LIMIT_NO_ANSWER = "token_limit_no_answer"
 MAX_STEPS = "max_steps"
 TIMEOUT = "timeout"
 LLM_ERROR = "llm_error"
+#: Ended by the caller (``cancel`` set): the turn in flight stops at its next token and is not recorded.
+CANCELLED = "cancelled"
 
 #: The least room, in tokens, that n_ctx must leave for the question and the research after the system prompt and
 #: the answer reserve; settings leaving less are refused when the agent is built.
@@ -289,24 +292,32 @@ class Agent:
         actions = "answer" if forcing else "either" if tool_calls_made >= config.min_tool_calls else "call"
         return turn_grammar(self.registry.schemas, config.grammar_limits, actions=actions)
 
-    def run(self, question: str) -> Result:
+    def run(self, question: str, *, cancel: threading.Event | None = None) -> Result:
         """Research ``question`` to a termination and return the result (events are consumed silently).
 
         Raises:
             ContextOverflowError: the question alone does not fit in the prompt budget.
         """
-        return _drain(self.events(question))
+        return _drain(self.events(question, cancel=cancel))
 
-    def events(self, question: str) -> Generator[Event, None, Result]:
+    def events(self, question: str, *, cancel: threading.Event | None = None) -> Generator[Event, None, Result]:
         """Run the session as a generator of typed events; its return value (``StopIteration.value``) is the
-        ``Result``. The trajectory journal is written as the events happen."""
-        return _Session(self, question).run()
+        ``Result``. The trajectory journal is written as the events happen.
+
+        Text streams live: each ``TextDelta`` is yielded as the engine decodes it (``engine.stream_generation``).
+        Setting ``cancel`` (from any thread) ends the session with termination ``cancelled``: a turn being
+        decoded stops at its next token and is dropped, a running tool call finishes first; the journal gets the
+        end record. Closing the generator early also stops the decode, but leaves the session without an end
+        record (resumable, as a killed process).
+        """
+        return _Session(self, question, cancel=cancel).run()
 
     def resume(self, journal_path: str | Path, session_id: str | None = None) -> Result:
         """Continue a killed session from its last complete turn (see ``resume_events``)."""
         return _drain(self.resume_events(journal_path, session_id))
 
-    def resume_events(self, journal_path: str | Path, session_id: str | None = None) -> Generator[Event, None, Result]:
+    def resume_events(self, journal_path: str | Path, session_id: str | None = None, *,
+                      cancel: threading.Event | None = None) -> Generator[Event, None, Result]:
         """Continue a session that has no end record (a killed run) from its last complete turn, as events.
 
         The session keeps its id, question, system prompt (its date included) and config (seed, limits, policy:
@@ -345,7 +356,23 @@ class Agent:
             raise TrajectoryError(path, 0, f"session {trajectory.session_id} was recorded with the tools "
                                            f"{names}; this agent has {list(self.registry.names)}: resume with the "
                                            "same tools (or replay their recording)")
-        return _Session(self, trajectory.question, resumed=trajectory, journal_path=path).run()
+        return _Session(self, trajectory.question, resumed=trajectory, journal_path=path, cancel=cancel).run()
+
+
+class _Cancelled(Exception):
+    """The session's ``cancel`` was set; ``_Session.run`` ends the session with ``CANCELLED``."""
+
+
+def _text_deltas(step: int, pieces: Generator[str, None, Completion]) -> Generator[Event, None, Completion]:
+    """Each decoded piece as a ``TextDelta`` of turn ``step``; the return value is the ``Completion``. Closing
+    this closes ``pieces``, which stops the decode."""
+    with contextlib.closing(pieces):
+        while True:
+            try:
+                text = next(pieces)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            yield TextDelta(step, text)
 
 
 def _drain(stream: Generator[Event, None, Any]) -> Any:
@@ -384,8 +411,9 @@ class _Session:
     """The state of one run: messages, dedup keys, visited URLs, counters, journal, context policy."""
 
     def __init__(self, agent: Agent, question: str, *, resumed: Trajectory | None = None,
-                 journal_path: Path | None = None) -> None:
+                 journal_path: Path | None = None, cancel: threading.Event | None = None) -> None:
         self.agent = agent
+        self.cancel = cancel
         self.engine = agent.engine
         self.config = AgentConfig.from_dict(resumed.header["config"]) if resumed else agent.config
         self.question = question
@@ -486,6 +514,8 @@ class _Session:
         ``llm_error`` and an ``ErrorRaised`` event, its journal whole."""
         try:
             return (yield from self._loop())
+        except _Cancelled:
+            return (yield from self._end(CANCELLED, None))
         except EngineConnectionError as exc:
             yield ErrorRaised(self.turns, "engine", f"{type(exc).__name__}: {exc}")
             return (yield from self._end(LLM_ERROR, None))
@@ -516,6 +546,7 @@ class _Session:
             raise error
 
         while step < self.config.max_turns:
+            self._check_cancel()
             if time.monotonic() - self.start > self.config.time_limit_s:
                 yield LimitReached(step, "time", f"{self.config.time_limit_s:.0f} s elapsed")
                 return (yield from self._end(TIMEOUT, None))
@@ -705,18 +736,17 @@ class _Session:
         for attempt in range(self.config.max_retries):
             final_try = attempt == self.config.max_retries - 1
             yield TurnStarted(step, attempt, len(prompt_ids), self.engine.n_ctx, purpose)
-            deltas: list[str] = []
-            completion = self.engine.generate(
-                prompt_ids, sampling=sampling, stop=protocol.STOP_STRINGS,
+            completion = yield from _text_deltas(step, stream_generation(
+                self.engine, prompt_ids, cancel=self.cancel, sampling=sampling, stop=protocol.STOP_STRINGS,
                 stop_text_if=protocol.action_complete,
                 grammar=self.agent.grammar(self.totals["tool_calls"], forcing=forcing, config=self.config),
-                on_text=deltas.append, seed=self.config.seed + self.samples,
-            )
+                seed=self.config.seed + self.samples,
+            ))
             self.samples += 1
             self.totals["generated_turns"] += 1
             self._count(completion)
-            for text in deltas:
-                yield TextDelta(step, text)
+            if completion.finish_reason == "cancelled":
+                raise _Cancelled
             if (sampling is not self.config.sampling and completion.finish_reason == "length"
                     and len(completion.token_ids) >= sampling.max_tokens):
                 return _Attempt(None, completion, attempt + 1, budget_cut=True)
@@ -744,6 +774,10 @@ class _Session:
                 continue
             return last
         return last
+
+    def _check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise _Cancelled
 
     def _retry(self, step: int, attempt: int, reason: str, detail: str) -> Iterator[Event]:
         self.totals["retries"] += 1
@@ -848,7 +882,8 @@ class _Session:
 
     def _end(self, termination: str, answer: str | None) -> Generator[Event, None, Result]:
         result = self._finish(termination, answer)
-        yield SessionFinished(termination, answer, result.sources, self.turns, result.elapsed_s, result.totals)
+        yield SessionFinished(termination, answer, result.sources, self.turns, result.elapsed_s, result.totals,
+                              result.unvisited_citations, self.session_id)
         return result
 
     def _finish(self, termination: str, answer: str | None) -> Result:

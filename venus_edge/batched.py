@@ -341,7 +341,7 @@ class BatchedLlamaCppEngine:
             top = float(logits.max())
             request.logprobs.append(float(logits[token]) - top - math.log(float(np.exp(logits - top).sum())))
         if request.stream.feed(request.decoder.decode(vocabulary.token_bytes(token))):
-            return self._finish(active, request, finish="stop")
+            return self._finish(active, request, finish=request.stream.finish_reason)
         if len(request.token_ids) >= request.max_tokens:
             return self._finish(active, request, finish="length")
         request.pending_token = token

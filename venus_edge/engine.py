@@ -20,12 +20,13 @@ import codecs
 import contextlib
 import math
 import os
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generator, Literal, Mapping, Protocol, Sequence, TypeVar
 
 import llama_cpp
 import numpy as np
@@ -33,12 +34,20 @@ from llama_cpp import _internals
 
 from venus_edge.context.header import read_model_header
 from venus_edge.context.plan import KVType, MemoryPlan, engine_plan
-from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
+from venus_edge.errors import (
+    ContextOverflowError,
+    EngineStateError,
+    GenerationCancelled,
+    ModelLoadError,
+    ModelNotFoundError,
+)
 from venus_edge.prompt_cache import PromptCache
 from venus_edge.protocol import render_chat_parts, tokenize_message
 from venus_edge.vocab import Vocabulary
 
-__all__ = ["Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream"]
+__all__ = [
+    "Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream", "stream_generation",
+]
 
 T = TypeVar("T")
 GGUF_MAGIC = b"GGUF"
@@ -116,7 +125,7 @@ class GenerationStats:
         return {**asdict(self), "decode_tokens_per_s": round(self.decode_tokens_per_s, 3)}
 
 
-FinishReason = Literal["stop", "eog", "length"]
+FinishReason = Literal["stop", "eog", "length", "cancelled"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,8 @@ class Completion:
     Attributes:
         text: generated text, cut before the stop string that ended it.
         token_ids: generated token ids, end-of-generation token excluded.
-        finish_reason: ``stop`` (a stop string), ``eog`` (end-of-generation token) or ``length``.
+        finish_reason: ``stop`` (a stop string), ``eog`` (end-of-generation token), ``length``, or ``cancelled``
+            (``on_text`` raised ``GenerationCancelled``).
         stop_string: the stop string met, if any.
         stats: timing and KV-cache figures.
         logprobs: with ``SamplingParams.logprobs``, the log-probability of each of ``token_ids`` (natural log).
@@ -152,6 +162,11 @@ class Engine(Protocol):
     such as Qwen3's ``<tool_response>``) stops generation only when that token is sampled, never when the same
     characters are spelled by other tokens; any other stop string stops on the text, where ``stop_text_if``
     (when given) accepts the text before it. The stop token or string is not part of the completion.
+
+    ``on_text`` receives the text as it is decoded, whole characters only, never a stop string; when it raises
+    ``GenerationCancelled`` the engine stops at that token and returns with ``finish_reason == "cancelled"``
+    (feeding the text through a ``StopStream`` gives both). ``stream_generation`` turns any engine's
+    ``generate`` into an iterator of text pieces.
     """
 
     @property
@@ -174,6 +189,50 @@ class Engine(Protocol):
     ) -> Completion: ...
 
     def model_info(self) -> dict[str, Any]: ...
+
+
+_END_OF_STREAM = object()
+
+
+def stream_generation(
+    engine: Engine, prompt_ids: Sequence[int], *, cancel: threading.Event | None = None, **generate_args: Any
+) -> Generator[str, None, Completion]:
+    """``engine.generate(prompt_ids, **generate_args)`` as a generator of text pieces, yielded as they are decoded;
+    its return value (``StopIteration.value``, or ``yield from``) is the ``Completion``.
+
+    The generation runs on a thread of its own. Setting ``cancel``, or closing the generator (a consumer that
+    leaves early), stops it at its next token (``GenerationCancelled`` through ``on_text``; ``finish_reason`` is
+    then ``cancelled``); closing waits for the engine to be free again. Errors of ``generate`` are raised here.
+    """
+    pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    stopped = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def on_text(text: str) -> None:
+        if stopped.is_set() or (cancel is not None and cancel.is_set()):
+            raise GenerationCancelled("the generation was cancelled")
+        pieces.put(text)
+
+    def work() -> None:
+        try:
+            outcome["completion"] = engine.generate(prompt_ids, on_text=on_text, **generate_args)
+        except BaseException as exc:  # handed to the consumer, raised there
+            outcome["error"] = exc
+        finally:
+            pieces.put(_END_OF_STREAM)
+
+    thread = threading.Thread(target=work, name="generate", daemon=True)
+    thread.start()
+    try:
+        while (piece := pieces.get()) is not _END_OF_STREAM:
+            yield piece
+    finally:
+        stopped.set()
+        thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    completion: Completion = outcome["completion"]
+    return completion
 
 
 def off_main_thread(function: Callable[..., T], *args: Any) -> T:
@@ -562,7 +621,7 @@ def _run_generation(
         if logprobs is not None:
             logprobs.append(_token_logprob(llm, token))
         if stream.feed(decoder.decode(vocabulary.token_bytes(token))):
-            finish = "stop"
+            finish = stream.finish_reason
             break
         if len(token_ids) >= max_tokens or (cancel is not None and cancel.is_set()):
             break
@@ -594,7 +653,9 @@ class StopStream:
     """Accumulates decoded text, finds text stop strings, and streams only text that cannot start one; every
     engine's decode loop feeds its pieces through one (``Engine``'s stop semantics).
 
-    An occurrence that ``accept`` rejects (given the text before it) is text; it is judged once.
+    An occurrence that ``accept`` rejects (given the text before it) is text; it is judged once. When ``on_text``
+    raises ``GenerationCancelled`` the stream is ``cancelled``: ``feed`` returns True (end the generation), nothing
+    more is passed on, and ``text`` ends with the last piece ``on_text`` took.
     """
 
     stops: Sequence[str]
@@ -603,6 +664,7 @@ class StopStream:
     text: str = ""
     emitted: int = 0
     stop_hit: str | None = None
+    cancelled: bool = False
     _longest: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -625,15 +687,24 @@ class StopStream:
                 return True
         held = max((n for s in self.stops for n in range(len(s) - 1, 0, -1) if self.text.endswith(s[:n])), default=0)
         self._emit(len(self.text) - held)
-        return False
+        return self.cancelled
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        """Why ``feed`` returned True: ``cancelled`` or ``stop``."""
+        return "cancelled" if self.cancelled else "stop"
 
     def flush(self) -> None:
         self._emit(len(self.text))
 
     def _emit(self, upto: int) -> None:
         if upto > self.emitted:
-            if self.on_text is not None:
-                self.on_text(self.text[self.emitted: upto])
+            if self.on_text is not None and not self.cancelled:
+                try:
+                    self.on_text(self.text[self.emitted: upto])
+                except GenerationCancelled:  # the text ends with what the consumer took
+                    self.cancelled, self.text = True, self.text[: self.emitted]
+                    return
             self.emitted = upto
 
 

@@ -11,6 +11,7 @@ is what the user or the machine got wrong, and each error carries the values nee
     ├── MemoryPlanError         a model and context that do not fit in the RAM budget
     ├── EngineStateError        an engine used after close()
     ├── EngineConnectionError   a model server that cannot be reached or fails (after retries)
+    ├── GenerationCancelled     raised by an ``on_text`` callback to stop a generation at its next token
     └── TrajectoryError         a trajectory journal that cannot be read or resumed
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "ContextSettingsError",
     "EngineConnectionError",
     "EngineStateError",
+    "GenerationCancelled",
     "MemoryPlanError",
     "ModelLoadError",
     "ModelNotFoundError",
@@ -113,6 +115,12 @@ class EngineConnectionError(VenusEdgeError):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         super().__init__(f"model server {url}: {reason}")
+
+
+class GenerationCancelled(VenusEdgeError):
+    """Raised by an ``on_text`` callback to stop the generation that called it: every engine then ends the call at
+    that token and returns what it decoded with ``finish_reason == "cancelled"`` (``engine.StopStream``). The
+    exception never leaves the engine's ``generate``."""
 
 
 class TrajectoryError(VenusEdgeError):

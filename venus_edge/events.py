@@ -183,6 +183,10 @@ class ErrorRaised(Event):
 
 @dataclass(frozen=True)
 class SessionFinished(Event):
+    """The session ended: the last event. ``sources`` are the URLs its tools read; ``unvisited_citations`` the
+    URLs the answer cites that no tool read (``Result.unvisited_citations``); ``session_id`` names its journal
+    records."""
+
     type: ClassVar[str] = "session_finished"
     termination: str
     answer: str | None
@@ -190,3 +194,5 @@ class SessionFinished(Event):
     turns: int
     elapsed_s: float
     totals: dict[str, Any] = field(default_factory=dict)
+    unvisited_citations: list[str] = field(default_factory=list)
+    session_id: str = ""

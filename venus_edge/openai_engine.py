@@ -193,7 +193,7 @@ class OpenAIEngine:
             token_ids += [token for token, _ in pieces]
             logprobs += [logprob for _, logprob in pieces]
             if stream.feed(str(choice.get("text") or "")):
-                finish = "stop"
+                finish = stream.finish_reason
                 break
             if choice.get("finish_reason") == "stop":
                 finish = "eog"

@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from venus_edge.errors import ContextOverflowError
+from venus_edge.errors import ContextOverflowError, GenerationCancelled
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_CPP_SDIST = "llama_cpp_python-0.3.36.tar.gz"
@@ -147,6 +147,9 @@ class ScriptedEngine:
         n_ctx: the context size reported to the agent, in tokens.
         prompts, grammars, max_tokens, seeds: every prompt (as text), grammar, ``sampling.max_tokens`` and seed the
             agent passed, in call order.
+        piece_chars: stream each turn to ``on_text`` in pieces of this many characters (0: the whole turn at once).
+        delay_s: seconds to wait before each piece, as decoding takes time (a live stream, a cancellation).
+        pieces_streamed: pieces passed to ``on_text`` so far, over all calls.
     """
 
     turns: list[Any] | Callable[[str], Any]
@@ -155,6 +158,9 @@ class ScriptedEngine:
     grammars: list[str | None] = field(default_factory=list)
     max_tokens: list[int] = field(default_factory=list)
     seeds: list[int | None] = field(default_factory=list)
+    piece_chars: int = 0
+    delay_s: float = 0.0
+    pieces_streamed: int = 0
 
     def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
         return [ord(c) for c in text]
@@ -182,8 +188,16 @@ class ScriptedEngine:
         limit = min(getattr(sampling, "max_tokens", len(text)), self.n_ctx - len(prompt_ids))
         if len(text) > limit:  # as a real engine: max_tokens and the room left in n_ctx bound the turn
             text, finish, cut = text[:max(limit, 0)], "length", None
-        if on_text:
-            on_text(text)
+        size = self.piece_chars or max(len(text), 1)
+        for start in range(0, len(text), size):
+            time.sleep(self.delay_s)
+            try:
+                if on_text:
+                    on_text(text[start: start + size])
+            except GenerationCancelled:  # the Engine contract: stop here, return what was decoded
+                text, finish, cut = text[:start], "cancelled", None
+                break
+            self.pieces_streamed += 1
         stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(text) + 1, 0.01, 0.01)
         return Completion(text, self.tokenize(text), finish, cut and cut[1], stats)
 

@@ -1,0 +1,153 @@
+"""Live streaming and cancellation: ``TextDelta`` events arrive while the engine decodes, and a cancelled session
+stops its decode within the turn, on the scripted engine and on real llama.cpp engines."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from venus_edge.agent import Agent, AgentConfig
+from venus_edge.batched import BatchedLlamaCppEngine
+from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams, StopStream, stream_generation
+from venus_edge.errors import GenerationCancelled
+from venus_edge.events import SessionFinished, TextDelta
+from venus_edge.testing import ScriptedEngine, answer_turn, collect_events
+from venus_edge.trajectory import read_journal
+
+LONG_ANSWER = answer_turn("x" * 400)  # 40 pieces of 10 characters
+PIECES = -(-len(LONG_ANSWER) // 10)
+
+
+def slow_engine(*turns: str) -> ScriptedEngine:
+    return ScriptedEngine(list(turns), piece_chars=10, delay_s=0.02)
+
+
+def test_text_reaches_the_consumer_while_the_turn_is_decoded() -> None:
+    engine = slow_engine(LONG_ANSWER)
+    seen_at_first_delta = None
+    stream = Agent(engine, []).events("q")
+    for event in stream:
+        if isinstance(event, TextDelta) and seen_at_first_delta is None:
+            seen_at_first_delta = engine.pieces_streamed
+    assert seen_at_first_delta is not None and seen_at_first_delta < PIECES // 2
+    assert engine.pieces_streamed == PIECES
+
+
+def test_deltas_concatenate_to_the_turn_text() -> None:
+    result, events = collect_events(Agent(slow_engine(LONG_ANSWER), []).events("q"))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == LONG_ANSWER and result.termination == "answered"
+    assert sum(isinstance(e, TextDelta) for e in events) == PIECES
+
+
+def test_cancel_stops_the_decode_within_the_turn_and_journals_the_end(tmp_path: Path) -> None:
+    engine = slow_engine(LONG_ANSWER)
+    cancel = threading.Event()
+    journal = tmp_path / "journal.jsonl"
+    stream = Agent(engine, [], trajectory_path=journal).events("q", cancel=cancel)
+    events = []
+    for event in stream:
+        events.append(event)
+        if isinstance(event, TextDelta) and len(events) > 3:
+            cancel.set()
+    finished = events[-1]
+    assert isinstance(finished, SessionFinished) and finished.termination == "cancelled"
+    assert finished.answer is None and finished.session_id
+    assert engine.pieces_streamed < PIECES // 2
+    (trajectory,) = read_journal(journal).trajectories
+    assert trajectory.termination == "cancelled" and trajectory.turns == []
+
+
+def test_cancel_before_a_turn_ends_the_session_at_once() -> None:
+    cancel = threading.Event()
+    cancel.set()
+    engine = slow_engine(LONG_ANSWER)
+    result = Agent(engine, []).run("q", cancel=cancel)
+    assert result.termination == "cancelled" and engine.prompts == []
+
+
+def test_closing_the_stream_stops_the_decode_and_leaves_the_session_resumable(tmp_path: Path) -> None:
+    engine = slow_engine(LONG_ANSWER)
+    journal = tmp_path / "journal.jsonl"
+    stream = Agent(engine, [], trajectory_path=journal).events("q")
+    for event in stream:
+        if isinstance(event, TextDelta):
+            break
+    stream.close()
+    assert engine.pieces_streamed < PIECES // 2
+    (trajectory,) = read_journal(journal).trajectories
+    assert trajectory.termination == "incomplete"
+
+
+def test_stop_stream_passes_nothing_on_after_a_cancel() -> None:
+    received: list[str] = []
+
+    def on_text(text: str) -> None:
+        received.append(text)
+        if len(received) == 2:
+            raise GenerationCancelled("enough")
+
+    stream = StopStream(["</answer>"], on_text)
+    assert not stream.feed("ab")
+    assert stream.feed("cd") and stream.cancelled and stream.finish_reason == "cancelled"
+    stream.feed("ef")
+    stream.flush()
+    assert received == ["ab", "cd"]
+
+
+def test_generation_errors_are_raised_to_the_consumer() -> None:
+    engine = ScriptedEngine([RuntimeError("engine fault")])
+    pieces = stream_generation(engine, [1, 2], sampling=GREEDY)
+    try:
+        next(pieces)
+    except RuntimeError as exc:
+        assert str(exc) == "engine fault"
+    else:
+        raise AssertionError("the engine's error was not raised")
+
+
+def _cancel_after(stream: object, pieces: int, cancel: threading.Event | None = None) -> tuple[list[str], object]:
+    received: list[str] = []
+    while True:
+        try:
+            received.append(next(stream))  # type: ignore[call-overload]
+        except StopIteration as done:
+            return received, done.value
+        if len(received) == pieces:
+            if cancel is None:
+                stream.close()  # type: ignore[attr-defined]
+                return received, None
+            cancel.set()
+
+
+def test_a_real_decode_stops_at_the_next_token_when_cancelled(smollm2_engine: LlamaCppEngine) -> None:
+    prompt = smollm2_engine.tokenize("<|im_start|>user\nCount from 1 to 100.<|im_end|>\n<|im_start|>assistant\n")
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=200)
+    cancel = threading.Event()
+    received, completion = _cancel_after(stream_generation(smollm2_engine, prompt, cancel=cancel,
+                                                           sampling=sampling), 5, cancel)
+    assert completion.finish_reason == "cancelled"  # type: ignore[attr-defined]
+    assert len(completion.token_ids) <= 6  # type: ignore[attr-defined]
+    assert completion.text == "".join(received)  # type: ignore[attr-defined]
+    # The engine is usable again at once, and its KV cache still matches what it holds.
+    again = smollm2_engine.generate(prompt, sampling=SamplingParams(temperature=0.0, top_p=1.0, top_k=1,
+                                                                        presence_penalty=0.0, max_tokens=8))
+    assert again.text.startswith("".join(received)[:5])
+
+
+def test_a_cancelled_batched_sequence_leaves_the_other_decoding(smollm2_gguf: Path) -> None:
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=40)
+    with BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, n_ctx=1024, n_threads=2) as batched:
+        prompt = batched.tokenize("<|im_start|>user\nCount from 1 to 100.<|im_end|>\n<|im_start|>assistant\n")
+        results: dict[str, object] = {}
+        other = threading.Thread(target=lambda: results.update(
+            full=batched.sequence(1).generate(prompt, sampling=sampling)))
+        other.start()
+        received, _ = _cancel_after(stream_generation(batched.sequence(0), prompt, sampling=sampling), 3)
+        other.join()
+        assert len(received) == 3
+        full = results["full"]
+        assert full.finish_reason == "length" and len(full.token_ids) == 40  # type: ignore[attr-defined]
+        # The engine still serves the cancelled sequence (batches of other shapes round differently: compare lengths).
+        again = batched.sequence(0).generate(prompt, sampling=sampling)
+        assert again.finish_reason == "length" and len(again.token_ids) == 40
