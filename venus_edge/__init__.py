@@ -16,9 +16,10 @@ from typing import Any as _Any
 _MODULE_EXPORTS = {
     "agent": ("Agent", "AgentConfig", "Result"),
     "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
-    "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream"),
+    "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream",
+               "stream_generation"),
     "errors": ("ContextOverflowError", "ContextSettingsError", "EngineConnectionError", "EngineStateError",
-               "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError", "VenusEdgeError"),
+               "GenerationCancelled", "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError", "VenusEdgeError"),
     "events": ("ContextCompacted", "ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted",
                "TextDelta", "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried", "TurnStarted"),
     "grammar": ("GrammarLimits",),
@@ -36,12 +37,21 @@ _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name i
 if _TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig, Result
     from venus_edge.batched import BatchedLlamaCppEngine, SequenceEngine
-    from venus_edge.engine import Completion, Engine, GenerationStats, LlamaCppEngine, SamplingParams, StopStream
+    from venus_edge.engine import (
+        Completion,
+        Engine,
+        GenerationStats,
+        LlamaCppEngine,
+        SamplingParams,
+        StopStream,
+        stream_generation,
+    )
     from venus_edge.errors import (
         ContextOverflowError,
         ContextSettingsError,
         EngineConnectionError,
         EngineStateError,
+        GenerationCancelled,
         MemoryPlanError,
         ModelLoadError,
         ModelNotFoundError,

@@ -300,7 +300,8 @@ class Agent:
         """
         return _drain(self.events(question, cancel=cancel))
 
-    def events(self, question: str, *, cancel: threading.Event | None = None) -> Generator[Event, None, Result]:
+    def events(self, question: str, *, cancel: threading.Event | None = None,
+               session_id: str | None = None) -> Generator[Event, None, Result]:
         """Run the session as a generator of typed events; its return value (``StopIteration.value``) is the
         ``Result``. The trajectory journal is written as the events happen.
 
@@ -308,9 +309,10 @@ class Agent:
         Setting ``cancel`` (from any thread) ends the session with termination ``cancelled``: a turn being
         decoded stops at its next token and is dropped, a running tool call finishes first; the journal gets the
         end record. Closing the generator early also stops the decode, but leaves the session without an end
-        record (resumable, as a killed process).
+        record (resumable, as a killed process). ``session_id`` names the session in events and journal (default
+        a new random hex id).
         """
-        return _Session(self, question, cancel=cancel).run()
+        return _Session(self, question, cancel=cancel, session_id=session_id).run()
 
     def resume(self, journal_path: str | Path, session_id: str | None = None) -> Result:
         """Continue a killed session from its last complete turn (see ``resume_events``)."""
@@ -411,14 +413,15 @@ class _Session:
     """The state of one run: messages, dedup keys, visited URLs, counters, journal, context policy."""
 
     def __init__(self, agent: Agent, question: str, *, resumed: Trajectory | None = None,
-                 journal_path: Path | None = None, cancel: threading.Event | None = None) -> None:
+                 journal_path: Path | None = None, cancel: threading.Event | None = None,
+                 session_id: str | None = None) -> None:
         self.agent = agent
         self.cancel = cancel
         self.engine = agent.engine
         self.config = AgentConfig.from_dict(resumed.header["config"]) if resumed else agent.config
         self.question = question
         self.resumed = resumed
-        self.session_id = resumed.session_id if resumed else uuid.uuid4().hex
+        self.session_id = resumed.session_id if resumed else session_id or uuid.uuid4().hex
         self.system_prompt = (resumed.system_prompt if resumed else
                               protocol.render_system_prompt(agent.registry.schemas, self.config.today or Date.today()))
         self.messages: list[dict[str, str]] = [

@@ -7,6 +7,8 @@
     venus-edge inspect FILE.gguf [--json]
     venus-edge plan MODEL [--ram SIZE] [--n-ctx N] [--kv-type f16|q8_0|q4_0] [--json]
     venus-edge train clean IN... --out OUT.jsonl [--resample] [--keep-correct]
+    venus-edge serve [--model M] [--corpus DIR] [--host 127.0.0.1] [--port 8765] [--api-key KEY]
+    venus-edge mcp [--model M] [--corpus DIR] [--transport stdio|http]
 
 Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error.
 """
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_command(commands)
     _add_quantize_commands(commands)
     _add_train_command(commands)
+    _add_server_commands(commands)
     return parser
 
 
@@ -127,6 +130,13 @@ def _add_train_command(commands: "argparse._SubParsersAction[argparse.ArgumentPa
     add_command(commands)
 
 
+def _add_server_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``serve`` and ``mcp`` (their parsers import nothing heavy; FastAPI and mcp load when they run)."""
+    from venus_edge.server.cli import add_commands
+
+    add_commands(commands)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
     parser = build_parser()
@@ -145,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from venus_edge.quantize.cli import run as run_quantize
 
             return run_quantize(args)
+        if args.command in ("serve", "mcp"):
+            from venus_edge.server.cli import run as run_server
+
+            return run_server(args, parser)
         if args.command == "train":
             from venus_edge.train.cli import run as run_train
 

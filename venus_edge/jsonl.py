@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -32,6 +33,9 @@ def write_records(path: Path, records: Iterable[Any]) -> int:
     return count
 
 
+_APPEND_LOCK = threading.Lock()
+
+
 def append_record(path: Path, record: Any) -> None:
     """Append ``record`` as one JSON line, flushed and fsync'ed; after a torn line it starts a new one.
 
@@ -39,7 +43,7 @@ def append_record(path: Path, record: Any) -> None:
     so the line stays UTF-8 and reads back to the same string.
     """
     line = _line(record)
-    with path.open("a+b") as handle:
+    with _APPEND_LOCK, path.open("a+b") as handle:  # sessions on several threads share a journal (the server)
         if handle.seek(0, os.SEEK_END) > 0:
             handle.seek(-1, os.SEEK_END)
             if handle.read(1) != b"\n":  # a record torn by a crash: start on a line of our own

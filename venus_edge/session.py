@@ -37,8 +37,10 @@ class SetupError(Exception):
     """A session could not be set up from the command line (a corpus, a tool flag); the CLI exits with code 3."""
 
 
-def add_session_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that set up a research session (model, engine, tools, limits, sampling): ``research``, ``eval``."""
+def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: str = "--api-key") -> None:
+    """The flags that set up a research session (model, engine, tools, limits, sampling): ``research``, ``eval``,
+    ``serve``, ``mcp``. ``engine_key_flag`` names the flag of ``--base-url``'s bearer token (``serve`` keeps
+    ``--api-key`` for its own clients); its value is ``args.api_key`` either way."""
     parser.add_argument("--model", default=None,
                         help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, "
                              f"{DEFAULT_QUANT}); with --engine openai, the server's model name")
@@ -46,7 +48,7 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
                         help="llama: llama.cpp in this process (default); openai: a server at --base-url")
     parser.add_argument("--base-url", default=None, metavar="URL",
                         help="the OpenAI-compatible server of --engine openai (llama-server, vLLM, SGLang)")
-    parser.add_argument("--api-key", default=os.environ.get("VENUS_EDGE_API_KEY"), metavar="KEY",
+    parser.add_argument(engine_key_flag, dest="api_key", default=os.environ.get("VENUS_EDGE_API_KEY"), metavar="KEY",
                         help="bearer token for --base-url (default $VENUS_EDGE_API_KEY)")
     parser.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
                         help="a folder of HTML/Markdown/text/PDF documents to search and visit (repeatable)")

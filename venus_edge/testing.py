@@ -109,6 +109,44 @@ class LlamaServer:
             self.process.wait()
 
 
+class UvicornThread:
+    """An ASGI app served by uvicorn on 127.0.0.1 in a thread of this process (tests and benchmarks of
+    ``venus_edge.server``): ``with UvicornThread(app) as server: httpx.get(server.url + "/health")``.
+
+    Raises:
+        RuntimeError: uvicorn did not start within ``start_timeout_s`` seconds.
+    """
+
+    def __init__(self, app: Any, *, start_timeout_s: float = 30.0) -> None:
+        import threading
+
+        import uvicorn
+
+        with socket.socket() as probe:  # a free port
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + start_timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not start on {self.url}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def __enter__(self) -> "UvicornThread":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def collect_events(stream: Any) -> tuple[Any, list[Any]]:
     """Run an ``Agent.events`` (or ``resume_events``) generator to its end: ``(Result, [Event, ...])``."""
     events = []

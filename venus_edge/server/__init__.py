@@ -1,0 +1,24 @@
+"""Serving the agent to apps: ``ResearchService`` (sessions over one model), ``create_app`` (FastAPI: SSE
+research, OpenAI-compatible chat, the research page) and the MCP server (``venus_edge.server.mcp``).
+
+Needs the ``server`` extra (``pip install 'venus-edge[server]'``). ``venus-edge serve`` and ``venus-edge mcp``
+start them from the command line (``venus_edge.server.cli``). Names load on first use, so that the command line
+parser does not import FastAPI.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__all__ = ["QueueFullError", "ResearchService", "SessionHandle", "SessionRequest", "create_app"]
+
+_HOMES = {"create_app": "venus_edge.server.app", "QueueFullError": "venus_edge.server.service",
+          "ResearchService": "venus_edge.server.service", "SessionHandle": "venus_edge.server.service",
+          "SessionRequest": "venus_edge.server.service"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'venus_edge.server' has no attribute {name!r}")

@@ -1,0 +1,466 @@
+"""The HTTP face of ``ResearchService``: research over Server-Sent Events, an OpenAI-compatible chat endpoint,
+sessions read back from the journal, health, Prometheus metrics, and the research page at ``/``.
+
+Routes (JSON unless said; errors are ``{"error": {"message", "type"}}``, the OpenAI shape):
+
+    GET    /                         the research page (static HTML; no data, so no key needed)
+    GET    /health                   status, model, queue
+    GET    /metrics                  Prometheus text: sessions, queue, tokens, seconds, prefill reuse
+    POST   /v1/research              {"question", "max_turns"?, "time_limit_s"?, "max_tokens"?, "stream"?: true}
+                                     stream: SSE of the session's events (``Event.to_dict()``; ``event:`` is its
+                                     type, ``id:`` its index), ending with ``session_finished``; a client that
+                                     disconnects cancels the session. stream false: 202 {"session_id", ...}
+    GET    /v1/sessions              sessions in the journal and in memory, newest first
+    GET    /v1/sessions/{id}         one session: state, turns, answer, sources (from the journal)
+    GET    /v1/sessions/{id}/events  SSE of its events from ``Last-Event-ID`` + 1 (or 0), live; does not cancel
+    DELETE /v1/sessions/{id}         cancel it
+    GET    /v1/models                the one model (OpenAI shape)
+    POST   /v1/chat/completions      OpenAI chat: the last user message is the question; research progress
+                                     streams as ``reasoning_content``, the answer (with its sources) as ``content``
+
+A full queue answers 429 with ``Retry-After``; a body over ``max_body_bytes`` 413; a bad request 422. With an
+``api_key`` every route but ``/`` needs ``Authorization: Bearer KEY`` (or the ``venus_edge_key`` cookie the page
+sets, since ``EventSource`` cannot send headers).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from importlib.resources import files
+from typing import Any, AsyncIterator, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from venus_edge.agent import unvisited_citations
+from venus_edge.server.service import QueueFullError, ResearchService, SessionHandle, SessionRequest
+from venus_edge.trajectory import Trajectory
+
+__all__ = ["create_app"]
+
+KEY_COOKIE = "venus_edge_key"
+#: Seconds between SSE keep-alive comments, so proxies and clients do not time out during a long prefill.
+SSE_PING_S = 15
+
+
+class _ResearchBody(BaseModel):
+    """``POST /v1/research``."""
+
+    model_config = ConfigDict(extra="forbid")
+    question: str
+    max_turns: int | None = Field(default=None, ge=1)
+    time_limit_s: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = True
+
+
+class _ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class _ChatBody(BaseModel):
+    """``POST /v1/chat/completions``: the OpenAI fields a research answer uses; the others are accepted and
+    ignored (sampling is the server's)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[_ChatMessage]
+    stream: bool = False
+    max_turns: int | None = Field(default=None, ge=1)
+    time_limit_s: float | None = Field(default=None, gt=0)
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.headers = status, message, kind, headers or {}
+
+
+def create_app(
+    service: ResearchService,
+    *,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
+    max_body_bytes: int = 64 * 1024,
+    model_name: str | None = None,
+) -> FastAPI:
+    """The FastAPI app over ``service`` (serve it with uvicorn: ``venus-edge serve``).
+
+    Args:
+        service: the sessions' model, tools and queue.
+        api_key: required as a bearer token on every route but ``/`` when given.
+        cors_origins: origins allowed cross-origin requests (none: CORS off).
+        max_body_bytes: the largest request body accepted; larger ones get 413 before they are read whole.
+        model_name: the id ``/v1/models`` reports (default the model file's name).
+    """
+    app = FastAPI(title="venus-edge", docs_url=None, redoc_url=None, openapi_url=None)
+    name = model_name or str(service.model_info.get("name") or "venus-edge")
+    registry = CollectorRegistry()
+    registry.register(_ServiceCollector(service))
+
+    @app.exception_handler(_ApiError)
+    async def api_error(request: Request, exc: _ApiError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.kind, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
+        return _error(422, f"invalid request: {problems}", "invalid_request_error")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), "invalid_request_error")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(files("venus_edge.server").joinpath("static/index.html").read_text(encoding="utf-8"))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": name, "queue": _queue(service)}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/v1/research", response_model=None)
+    async def research(body: _ResearchBody) -> Any:
+        handle = _submit(service, SessionRequest(body.question, body.max_turns, body.time_limit_s, body.max_tokens))
+        if not body.stream:
+            return JSONResponse(_links(handle), status_code=202)
+        return EventSourceResponse(_sse(handle, cancel_on_exit=True), ping=SSE_PING_S,
+                                   headers={"X-Session-Id": handle.session_id})
+
+    @app.get("/v1/sessions")
+    async def sessions() -> dict[str, Any]:
+        listed: dict[str, dict[str, Any]] = {}
+        for trajectory in service.history():
+            listed[trajectory.session_id] = _summary(trajectory)
+        for handle in service.sessions.values():
+            if handle.session_id not in listed or not handle.finished:
+                listed[handle.session_id] = {**listed.get(handle.session_id, {}), "session_id": handle.session_id,
+                                             "question": handle.question, "state": handle.state}
+        return {"sessions": sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True)}
+
+    @app.get("/v1/sessions/{session_id}")
+    async def session(session_id: str) -> dict[str, Any]:
+        handle = service.get(session_id)
+        trajectory = service.journal(session_id)
+        if trajectory is None and handle is None:
+            raise _ApiError(404, f"no session {session_id}", "not_found_error")
+        view = _view(trajectory) if trajectory is not None else {"session_id": session_id, "question": handle.question,
+                                                                  "turns": []}
+        if handle is not None:
+            view["state"] = handle.state
+            if handle.result is not None:
+                view.update(termination=handle.result["termination"], answer=handle.result["answer"],
+                            sources=handle.result["sources"],
+                            unvisited_citations=handle.result.get("unvisited_citations", []))
+        return view
+
+    @app.get("/v1/sessions/{session_id}/events", response_model=None)
+    async def session_events(session_id: str, request: Request) -> Any:
+        handle = service.get(session_id)
+        if handle is None:
+            raise _ApiError(404, f"no live session {session_id} (read ended ones at /v1/sessions/{session_id})",
+                           "not_found_error")
+        last = request.headers.get("last-event-id", "")
+        start = int(last) + 1 if last.isdigit() else 0
+        return EventSourceResponse(_sse(handle, start=start, cancel_on_exit=False), ping=SSE_PING_S)
+
+    @app.delete("/v1/sessions/{session_id}")
+    async def cancel(session_id: str) -> JSONResponse:
+        handle = service.get(session_id)
+        if handle is None:
+            raise _ApiError(404, f"no live session {session_id}", "not_found_error")
+        if not service.cancel(session_id):
+            raise _ApiError(409, f"session {session_id} has ended already", "conflict_error")
+        return JSONResponse({"session_id": session_id, "cancelled": True}, status_code=202)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "venus-edge"}]}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(body: _ChatBody) -> Any:
+        question = _last_user_text(body.messages)
+        handle = _submit(service, SessionRequest(question, body.max_turns, body.time_limit_s))
+        if body.stream:
+            return EventSourceResponse(_chat_chunks(handle, name), ping=SSE_PING_S)
+        try:
+            async for _ in handle.stream():
+                pass
+        finally:
+            if not handle.finished:  # the client went away while waiting
+                service.cancel(handle.session_id)
+        return _chat_completion(handle, name)
+
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "Last-Event-ID"])
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
+    if api_key:
+        app.add_middleware(_BearerAuth, api_key=api_key)
+    return app
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
+
+
+def _queue(service: ResearchService) -> dict[str, int]:
+    return {"waiting": service.waiting, "running": service.running, "max_queue": service.max_queue,
+            "workers": len(service.engines)}
+
+
+def _submit(service: ResearchService, request: SessionRequest) -> SessionHandle:
+    try:
+        return service.submit(request)
+    except QueueFullError as exc:
+        raise _ApiError(429, str(exc), "rate_limit_error", {"Retry-After": str(exc.retry_after_s)}) from exc
+    except ValueError as exc:
+        status = 413 if "characters" in str(exc) else 422
+        raise _ApiError(status, str(exc), "invalid_request_error") from exc
+    except RuntimeError as exc:
+        raise _ApiError(503, str(exc), "server_error") from exc
+
+
+def _links(handle: SessionHandle) -> dict[str, str]:
+    base = f"/v1/sessions/{handle.session_id}"
+    return {"session_id": handle.session_id, "session_url": base, "events_url": f"{base}/events"}
+
+
+async def _sse(handle: SessionHandle, *, start: int = 0, cancel_on_exit: bool) -> AsyncIterator[dict[str, Any]]:
+    """The session's events as SSE messages; when the client leaves first and ``cancel_on_exit``, the session
+    is cancelled (its decode stops at the next token)."""
+    index = start
+    try:
+        async for event in handle.stream(start=start):
+            yield {"event": event["type"], "id": str(index), "data": json.dumps(event, ensure_ascii=False)}
+            index += 1
+    finally:
+        if cancel_on_exit and not handle.finished:
+            handle.cancel.set()
+
+
+def _summary(trajectory: Trajectory) -> dict[str, Any]:
+    return {"session_id": trajectory.session_id, "question": trajectory.question,
+            "state": "running" if trajectory.termination == "incomplete" else "finished",
+            "termination": trajectory.termination, "answer": trajectory.answer,
+            "started_at": trajectory.header.get("started_at"), "turns": len(trajectory.turns)}
+
+
+def _view(trajectory: Trajectory) -> dict[str, Any]:
+    return {
+        **_summary(trajectory),
+        "sources": trajectory.sources,
+        "unvisited_citations": unvisited_citations(trajectory.answer or "", trajectory.sources),
+        "turns": [{"index": t.index, "kind": t.kind, "content": t.content, "tool_call": t.tool_call,
+                   "observation": t.observation, "visited_urls": list(t.visited_urls)} for t in trajectory.turns],
+    }
+
+
+def _last_user_text(messages: Sequence[_ChatMessage]) -> str:
+    for message in reversed(messages):
+        if message.role == "user":
+            if isinstance(message.content, list):  # OpenAI content parts: the text ones
+                return "\n".join(str(part.get("text", "")) for part in message.content if part.get("type") == "text")
+            return message.content or ""
+    raise _ApiError(422, "invalid request: messages hold no user message (its text is the research question)",
+                   "invalid_request_error")
+
+
+def _answer_text(result: dict[str, Any]) -> str:
+    """The chat reply of a finished session: the answer, then its sources (unvisited citations flagged)."""
+    answer = result.get("answer")
+    text = answer if answer else f"(no answer: the research ended with '{result['termination']}')"
+    sources = result.get("sources") or []
+    if sources:
+        text += "\n\nSources:\n" + "\n".join(f"{i}. {url}" for i, url in enumerate(sources, 1))
+    unvisited = result.get("unvisited_citations") or []
+    if unvisited:
+        text += "\n\nCited but never read: " + ", ".join(unvisited)
+    return text
+
+
+def _progress_text(event: dict[str, Any]) -> str:
+    """What a chat client shows of the research while it runs (``reasoning_content``)."""
+    kind = event["type"]
+    if kind == "text":
+        return str(event["text"])
+    if kind == "turn_started" and event["attempt"] == 0 and event["turn"] > 0:
+        return "\n\n"
+    if kind == "tool_called":
+        return f"\n[{event['name']}] {json.dumps(event['arguments'], ensure_ascii=False)}\n"
+    if kind == "tool_returned":
+        read = f", read {', '.join(event['visited_urls'])}" if event["visited_urls"] else ""
+        return f"[{event['name']} returned {event['observation_chars']:,} characters{read}]\n"
+    if kind in ("limit_reached", "error"):
+        return f"\n[{kind}: {event.get('detail') or event.get('message') or ''}]\n"
+    return ""
+
+
+def _usage(result: dict[str, Any]) -> dict[str, int]:
+    totals = result.get("totals") or {}
+    prompt = int(totals.get("prompt_tokens_evaluated", 0)) + int(totals.get("prompt_tokens_reused", 0))
+    completion = int(totals.get("tokens_decoded", 0))
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _chat_completion(handle: SessionHandle, model: str) -> dict[str, Any]:
+    result = handle.result or {}
+    reasoning = "".join(_progress_text(event) for event in handle.events)
+    return {
+        "id": f"chatcmpl-{handle.session_id}", "object": "chat.completion", "created": int(handle.submitted_at),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": _answer_text(result), "reasoning_content": reasoning}}],
+        "usage": _usage(result),
+        "venus_edge": {"session_id": handle.session_id, "termination": result.get("termination"),
+                       "sources": result.get("sources", []),
+                       "unvisited_citations": result.get("unvisited_citations", [])},
+    }
+
+
+async def _chat_chunks(handle: SessionHandle, model: str) -> AsyncIterator[str]:
+    """OpenAI ``chat.completion.chunk`` stream: role, reasoning deltas, the answer, finish, usage, ``[DONE]``."""
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        return json.dumps({"id": f"chatcmpl-{handle.session_id}", "object": "chat.completion.chunk",
+                           "created": int(handle.submitted_at), "model": model,
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra},
+                          ensure_ascii=False)
+
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        async for event in handle.stream():
+            text = _progress_text(event)
+            if text:
+                yield chunk({"reasoning_content": text})
+        result = handle.result or {}
+        yield chunk({"content": _answer_text(result)})
+        yield chunk({}, "stop", usage=_usage(result),
+                    venus_edge={"session_id": handle.session_id, "termination": result.get("termination"),
+                                "sources": result.get("sources", []),
+                                "unvisited_citations": result.get("unvisited_citations", [])})
+        yield "[DONE]"
+    finally:
+        if not handle.finished:
+            handle.cancel.set()
+
+
+class _ServiceCollector:
+    """Prometheus metrics read from the service at scrape time."""
+
+    def __init__(self, service: ResearchService) -> None:
+        self.service = service
+
+    def collect(self) -> Any:
+        service = self.service
+        queue = GaugeMetricFamily("venus_edge_sessions", "research sessions now, by state", labels=["state"])
+        queue.add_metric(["waiting"], service.waiting)
+        queue.add_metric(["running"], service.running)
+        yield queue
+        finished = CounterMetricFamily("venus_edge_sessions_finished", "sessions ended, by termination",
+                                       labels=["termination"])
+        for key, count in sorted(service.counters.items()):
+            if key.startswith("finished:"):
+                finished.add_metric([key.split(":", 1)[1]], count)
+        yield finished
+        yield CounterMetricFamily("venus_edge_sessions_submitted", "sessions accepted",
+                                  value=service.counters["submitted"])
+        yield CounterMetricFamily("venus_edge_turns", "model turns completed", value=service.counters["turns"])
+        figures = service.figures
+        for name, help_text in (("tokens_decoded", "tokens sampled"),
+                                ("prompt_tokens_evaluated", "prompt tokens prefilled"),
+                                ("prompt_tokens_reused", "prompt tokens reused from the KV cache"),
+                                ("decode_s", "seconds decoding"), ("prefill_s", "seconds prefilling")):
+            unit = name.removesuffix("_s") + "_seconds" if name.endswith("_s") else name
+            yield CounterMetricFamily(f"venus_edge_{unit}", help_text, value=figures[name])
+        decode_rate = GaugeMetricFamily("venus_edge_decode_tokens_per_second",
+                                        "tokens decoded per decode second, since start")
+        decode_rate.add_metric([], figures["tokens_decoded"] / figures["decode_s"] if figures["decode_s"] else 0.0)
+        yield decode_rate
+        prompt = figures["prompt_tokens_evaluated"] + figures["prompt_tokens_reused"]
+        reuse = GaugeMetricFamily("venus_edge_prefill_reuse_ratio",
+                                  "share of prompt tokens served from the KV cache, since start")
+        reuse.add_metric([], figures["prompt_tokens_reused"] / prompt if prompt else 0.0)
+        yield reuse
+
+
+class _BodyLimit:
+    """413 for a request body over ``max_bytes``: at once from Content-Length, or as soon as a chunked body
+    passes the limit."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send)
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        response = _error(413, f"request body over {self.max_bytes:,} bytes", "invalid_request_error")
+        await response({"type": "http"}, _no_body, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+class _BearerAuth:
+    """401 unless the request carries the API key (bearer token or the page's cookie); ``GET /`` is open."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app, self.key = app, api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (scope["path"] == "/" and scope["method"] == "GET"):
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        given = b""
+        authorization = headers.get(b"authorization", b"")
+        if authorization[:7].lower() == b"bearer ":
+            given = authorization[7:].strip()
+        else:
+            for part in headers.get(b"cookie", b"").split(b";"):
+                key, _, value = part.strip().partition(b"=")
+                if key == KEY_COOKIE.encode():
+                    given = value
+        if scope["method"] == "OPTIONS" or (given and hmac.compare_digest(given, self.key)):
+            return await self.app(scope, receive, send)
+        response = _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                          "authentication_error", {"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)

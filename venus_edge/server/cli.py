@@ -1,0 +1,93 @@
+"""``venus-edge serve``: the research server (``venus_edge.server.app``) on uvicorn, one model loaded once.
+
+    venus-edge serve --model M.gguf [--corpus DIR] [--web] [--host 127.0.0.1] [--port 8765] [--api-key KEY]
+                     [--cors-origin URL] [--max-queue N] [--slots N] [--journal FILE]
+
+Loopback only by default: binding any other address needs ``--api-key`` (clients send it as a bearer token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from venus_edge.session import add_session_arguments, check_session_arguments, open_session, size_argument
+
+__all__ = ["add_commands", "default_journal_path", "is_loopback", "run"]
+
+LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+
+
+def default_journal_path() -> Path:
+    """``$XDG_DATA_HOME/venus-edge/server/journal.jsonl`` (default ``~/.local/share/...``)."""
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "venus-edge" / "server" / "journal.jsonl"
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``serve`` and ``mcp`` (their parsers import nothing heavy)."""
+    serve = commands.add_parser("serve", help="serve research over HTTP: SSE, OpenAI-compatible chat, a web page")
+    add_session_arguments(serve, engine_key_flag="--engine-api-key")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1; any other needs --api-key)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    serve.add_argument("--api-key", dest="server_api_key", default=os.environ.get("VENUS_EDGE_SERVER_KEY"),
+                       metavar="KEY", help="clients must send 'Authorization: Bearer KEY' (default "
+                                           "$VENUS_EDGE_SERVER_KEY; required off loopback)")
+    serve.add_argument("--cors-origin", action="append", default=[], metavar="URL",
+                       help="allow cross-origin requests from this origin (repeatable; default none)")
+    serve.add_argument("--max-queue", type=int, default=8, metavar="N",
+                       help="sessions that may wait for the model; more get 429 (default 8)")
+    serve.add_argument("--slots", type=int, default=1, metavar="N",
+                       help="sessions decoding at once: above 1, one llama.cpp batch of N sequences, or N "
+                            "concurrent requests with --engine openai (default 1)")
+    serve.add_argument("--journal", type=Path, default=None, metavar="FILE",
+                       help=f"the sessions' journal (default {default_journal_path()})")
+    serve.add_argument("--max-body", type=size_argument, default=64 * 1024, metavar="SIZE",
+                       help="largest request body (default 64K)")
+    serve.add_argument("--max-question-chars", type=int, default=4_000, metavar="N",
+                       help="longest question in characters (default 4000)")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``venus-edge serve``: load the model and tools, serve until interrupted; the exit code."""
+    import uvicorn
+
+    from venus_edge.server.app import create_app
+    from venus_edge.server.service import ResearchService
+
+    check_session_arguments(args, parser)
+    if args.slots < 1:
+        parser.error("--slots must be at least 1")
+    if not is_loopback(args.host) and not args.server_api_key:
+        parser.error(f"--host {args.host} can be reached from other machines: give --api-key KEY (or "
+                     "$VENUS_EDGE_SERVER_KEY) so that only your clients can use the model")
+    journal = args.journal or default_journal_path()
+    with open_session(args, samples=args.slots) as session:
+        engines: list[Any] = session.rollout_engines(args.slots) if session.concurrent else [session.engine]
+        service = ResearchService(engines, session.tools, session.config, journal_path=journal,
+                                  max_queue=args.max_queue, max_question_chars=args.max_question_chars)
+        app = create_app(service, api_key=args.server_api_key, cors_origins=args.cors_origin,
+                         max_body_bytes=args.max_body)
+        access = "API key required" if args.server_api_key else "loopback only, no API key"
+        print(f"venus-edge serve: http://{args.host}:{args.port}/ ({access}; {len(engines)} session(s) at once, "
+              f"{args.max_queue} may wait; journal {journal})", file=sys.stderr, flush=True)
+        try:
+            uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        finally:
+            service.close()
+    return 0

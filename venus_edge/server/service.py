@@ -1,0 +1,374 @@
+"""Research sessions that share one loaded model: a bounded queue, worker threads, live event fan-out.
+
+``ResearchService`` knows nothing of HTTP; the FastAPI app (``venus_edge.server.app``) and the MCP server
+(``venus_edge.server.mcp``) both drive it. A session runs ``Agent.events`` on a worker thread; every event is
+kept (``SessionHandle.events``, as ``Event.to_dict()``) and pushed to the listeners of that session, so a
+listener that joins late replays what it missed, then follows live.
+
+Sessions decode one at a time on one engine, or ``len(engines)`` at a time when the engine serves sequences in
+parallel (``BatchedLlamaCppEngine.sequence(i)``, an ``OpenAIEngine`` shared by several workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from venus_edge.agent import CANCELLED, Agent, AgentConfig
+from venus_edge.engine import Engine
+from venus_edge.errors import ContextOverflowError, VenusEdgeError
+from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
+from venus_edge.tools.base import Tool
+from venus_edge.trajectory import Trajectory, read_journal
+
+__all__ = ["QueueFullError", "ResearchService", "SessionHandle", "SessionRequest"]
+
+logger = logging.getLogger(__name__)
+
+#: Retry-After for a full queue before any session has finished (no timing known yet), in seconds.
+DEFAULT_SESSION_S = 30.0
+
+
+class QueueFullError(VenusEdgeError):
+    """Raised by ``ResearchService.submit`` when ``max_queue`` sessions already wait.
+
+    Attributes:
+        retry_after_s: a guess of when a place frees up: the mean session time so far times the sessions ahead,
+            divided by the workers; whole seconds, at least 1.
+    """
+
+    def __init__(self, waiting: int, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(f"{waiting} research sessions are waiting already; retry in about {retry_after_s} s")
+
+
+@dataclass(frozen=True)
+class SessionRequest:
+    """What a client asks for: the question and optional per-session limits.
+
+    A limit left as None takes the server's value; a limit above the server's is lowered to it
+    (``ResearchService.limit``), so a client can ask for less, never more.
+
+    Attributes:
+        question: the research question (non-empty; at most the service's ``max_question_chars``).
+        max_turns: model turns at most.
+        time_limit_s: wall-clock seconds at most.
+        max_tokens: new tokens per turn at most.
+    """
+
+    question: str
+    max_turns: int | None = None
+    time_limit_s: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass
+class SessionHandle:
+    """One session of the service: its state, every event so far, and its listeners.
+
+    Attributes:
+        session_id: the id in events, journal and URLs (32 hex characters).
+        question: the question.
+        config: the agent config it runs with (the server's, with the request's limits).
+        state: ``queued``, ``running`` or ``finished``.
+        events: each event as ``Event.to_dict()``, in order; the last is ``session_finished``.
+        cancel: set to stop the session (``ResearchService.cancel``).
+        submitted_at: ``time.time()`` of the request.
+    """
+
+    session_id: str
+    question: str
+    config: AgentConfig
+    state: str = "queued"
+    events: list[dict[str, Any]] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    submitted_at: float = field(default_factory=time.time)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _listeners: list[Callable[[dict[str, Any] | None], None]] = field(default_factory=list, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The ``session_finished`` event once the session ended, else None."""
+        return self.events[-1] if self.finished and self.events else None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the session ends (or ``timeout`` seconds pass); True when it ended."""
+        return self._done.wait(timeout)
+
+    def follow(self, listener: Callable[[dict[str, Any] | None], None], *, start: int = 0) -> Callable[[], None]:
+        """Call ``listener`` with each event from index ``start`` (past ones at once, on this thread), then with
+        each new one as it happens (on the worker thread), then with None when the session has ended. Returns a
+        function that stops the calls. The listener must not block: hand the event to a queue."""
+        with self._lock:
+            for event in self.events[start:]:
+                listener(event)
+            if self.finished:
+                listener(None)
+                return lambda: None
+            self._listeners.append(listener)
+
+        def stop() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+        return stop
+
+    async def stream(self, *, start: int = 0) -> Any:
+        """An async iterator over the events from index ``start``, live, ending after ``session_finished``."""
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        stop = self.follow(lambda event: loop.call_soon_threadsafe(inbox.put_nowait, event), start=start)
+        try:
+            while (event := await inbox.get()) is not None:
+                yield event
+        finally:
+            stop()
+
+    def _publish(self, event: dict[str, Any] | None) -> None:
+        with self._lock:
+            if event is not None:
+                self.events.append(event)
+            else:
+                self._done.set()
+            listeners = list(self._listeners)
+            if event is None:
+                self._listeners.clear()
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:  # a listener whose loop closed: the session goes on
+                logger.debug("a listener of session %s failed", self.session_id, exc_info=True)
+
+
+class ResearchService:
+    """Research sessions over one loaded model and one set of tools.
+
+    Args:
+        engines: one engine per worker; more than one only when they decode in parallel (the sequences of a
+            ``BatchedLlamaCppEngine``, or one ``OpenAIEngine`` given several times). Sessions beyond the workers
+            wait in the queue.
+        tools: the tools every session uses.
+        config: the server's agent config: its limits are the maxima a request may ask for.
+        journal_path: the JSONL journal every session is written to (``venus_edge.trajectory``).
+        max_queue: sessions that may wait for a worker; one more gets ``QueueFullError``.
+        max_question_chars: longest question accepted, in characters.
+
+    The service owns neither the engines nor the tools: close them after ``close()``.
+    """
+
+    def __init__(
+        self,
+        engines: Sequence[Engine],
+        tools: Sequence[Tool],
+        config: AgentConfig,
+        *,
+        journal_path: str | Path,
+        max_queue: int = 8,
+        max_question_chars: int = 4_000,
+    ) -> None:
+        if not engines:
+            raise ValueError("the service needs at least one engine")
+        if max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        self.engines = list(engines)
+        self.tools = list(tools)
+        self.config = config
+        self.journal_path = Path(journal_path)
+        self.max_queue = max_queue
+        self.max_question_chars = max_question_chars
+        self.agents = [Agent(engine, self.tools, config=config, trajectory_path=self.journal_path)
+                       for engine in self.engines]
+        self.sessions: dict[str, SessionHandle] = {}
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.figures: dict[str, float] = collections.defaultdict(float)
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[SessionHandle] = collections.deque()
+        self._ready = threading.Condition(self._lock)
+        self._running = 0
+        self._closed = False
+        self._session_seconds: list[float] = []
+        self._workers = [threading.Thread(target=self._work, args=(agent,), name=f"research-{i}", daemon=True)
+                         for i, agent in enumerate(self.agents)]
+        for worker in self._workers:
+            worker.start()
+
+    @property
+    def model_info(self) -> dict[str, Any]:
+        return self.engines[0].model_info()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    # ------------------------------------------------------------------------------------------ requests
+    def limit(self, request: SessionRequest) -> AgentConfig:
+        """The config of a request: the server's, with each limit the request sets lowered to it (never raised).
+
+        Raises:
+            ValueError: an empty or over-long question, or a limit below 1.
+        """
+        question = request.question.strip()
+        if not question:
+            raise ValueError("the question is empty")
+        if len(request.question) > self.max_question_chars:
+            raise ValueError(f"the question has {len(request.question):,} characters; this server takes at most "
+                             f"{self.max_question_chars:,}")
+        for name in ("max_turns", "time_limit_s", "max_tokens"):
+            value = getattr(request, name)
+            if value is not None and not (isinstance(value, (int, float)) and value >= 1):
+                raise ValueError(f"{name} must be a number >= 1, got {value!r}")
+        config = self.config
+        if request.max_turns is not None:
+            config = replace(config, max_turns=min(int(request.max_turns), config.max_turns))
+        if request.time_limit_s is not None:
+            config = replace(config, time_limit_s=min(float(request.time_limit_s), config.time_limit_s))
+        if request.max_tokens is not None:
+            config = replace(config, sampling=replace(config.sampling, max_tokens=min(
+                int(request.max_tokens), config.sampling.max_tokens)))
+        return config
+
+    def submit(self, request: SessionRequest) -> SessionHandle:
+        """Queue a session and return its handle at once; a worker runs it when one is free.
+
+        Raises:
+            ValueError: a bad request (``limit``).
+            QueueFullError: ``max_queue`` sessions wait already.
+            RuntimeError: the service is closed.
+        """
+        config = self.limit(request)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the research service is closed")
+            if len(self._waiting) >= self.max_queue and self._running >= len(self.agents):
+                raise QueueFullError(len(self._waiting), self._retry_after())
+            handle = SessionHandle(uuid.uuid4().hex, request.question, config)
+            self.sessions[handle.session_id] = handle
+            self._waiting.append(handle)
+            self.counters["submitted"] += 1
+            self._ready.notify()
+        return handle
+
+    def get(self, session_id: str) -> SessionHandle | None:
+        """A session this service ran or runs (since it started), or None."""
+        return self.sessions.get(session_id)
+
+    def cancel(self, session_id: str) -> bool:
+        """Stop a session: a queued one never runs, a running one stops at its next token (termination
+        ``cancelled``, journaled). False when the service has no such session or it has ended already."""
+        handle = self.sessions.get(session_id)
+        if handle is None or handle.finished:
+            return False
+        handle.cancel.set()
+        with self._lock:
+            queued = handle in self._waiting
+            if queued:
+                self._waiting.remove(handle)
+        if queued:
+            self._finish_unrun(handle)
+        return True
+
+    def journal(self, session_id: str) -> Trajectory | None:
+        """The session as the journal holds it (ended, running, or from an earlier run of the server), or None."""
+        if not self.journal_path.exists():
+            return None
+        return next((t for t in read_journal(self.journal_path).trajectories if t.session_id == session_id), None)
+
+    def history(self) -> list[Trajectory]:
+        """Every session in the journal, oldest first."""
+        return read_journal(self.journal_path).trajectories if self.journal_path.exists() else []
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Cancel every session, queued or running, and stop the workers (waiting at most ``timeout_s``)."""
+        with self._lock:
+            self._closed = True
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            self._ready.notify_all()
+        for handle in waiting:
+            handle.cancel.set()
+            self._finish_unrun(handle)
+        for handle in list(self.sessions.values()):
+            handle.cancel.set()
+        deadline = time.monotonic() + timeout_s
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------------------------------ workers
+    def _retry_after(self) -> int:
+        mean = sum(self._session_seconds) / len(self._session_seconds) if self._session_seconds else DEFAULT_SESSION_S
+        return max(1, math.ceil(mean * (len(self._waiting) + 1) / len(self.agents)))
+
+    def _work(self, agent: Agent) -> None:
+        while True:
+            with self._lock:
+                while not self._waiting and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return
+                handle = self._waiting.popleft()
+                handle.state = "running"
+                self._running += 1
+            try:
+                self._run(agent, handle)
+            finally:
+                with self._lock:
+                    self._running -= 1
+
+    def _run(self, agent: Agent, handle: SessionHandle) -> None:
+        started = time.monotonic()
+        session = Agent(agent.engine, self.tools, config=handle.config, trajectory_path=self.journal_path)
+        stream = session.events(handle.question, cancel=handle.cancel, session_id=handle.session_id)
+        termination = "error"
+        try:
+            for event in stream:
+                self._observe(event)
+                if isinstance(event, SessionFinished):
+                    termination = event.termination
+                handle._publish(event.to_dict())
+        except Exception as exc:  # the session fails, the server goes on: the client gets the reason
+            termination = "token_limit_no_answer" if isinstance(exc, ContextOverflowError) else "error"
+            if not isinstance(exc, VenusEdgeError):
+                logger.exception("research session %s failed", handle.session_id)
+            handle._publish(ErrorRaised(0, "server", f"{type(exc).__name__}: {exc}").to_dict())
+            handle._publish(SessionFinished(termination, None, [], 0, round(time.monotonic() - started, 3),
+                                            session_id=handle.session_id).to_dict())
+        finally:
+            handle.state = "finished"
+            with self._lock:
+                self._session_seconds = (self._session_seconds + [time.monotonic() - started])[-20:]
+                self.counters[f"finished:{termination}"] += 1
+            handle._publish(None)
+
+    def _finish_unrun(self, handle: SessionHandle) -> None:
+        handle.state = "finished"
+        with self._lock:
+            self.counters[f"finished:{CANCELLED}"] += 1
+        handle._publish(SessionFinished(CANCELLED, None, [], 0, 0.0, session_id=handle.session_id).to_dict())
+        handle._publish(None)
+
+    def _observe(self, event: Event) -> None:
+        """Keep the server's running figures (``/metrics``)."""
+        if isinstance(event, TurnCompleted):
+            stats = event.stats
+            with self._lock:
+                for name in ("prompt_tokens_evaluated", "prompt_tokens_reused", "tokens_decoded", "prefill_s",
+                             "decode_s"):
+                    self.figures[name] += float(stats.get(name, 0) or 0)
+                self.counters["turns"] += 1
