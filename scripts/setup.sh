@@ -47,4 +47,9 @@ if [ ! -d /usr/share/doc/python3.11/html ] && [ "$(id -u)" = 0 ] && command -v a
   (apt-get install -y -q python3.11-doc >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q python3.11-doc >/dev/null; }) \
     || echo "warning: could not install python3.11-doc; tests that read the Python docs will fail" >&2
 fi
+# A browser for the research page's test: playwright drives Debian's chromium (its own download is unreachable).
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }) \
+    || echo "warning: could not install chromium; the research page's browser test will be skipped" >&2
+fi
 echo "venus-edge is set up in .venv"

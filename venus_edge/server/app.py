@@ -25,14 +25,18 @@ sets, since ``EventSource`` cannot send headers).
 
 from __future__ import annotations
 
+import collections
 import hmac
 import json
+from datetime import datetime, timezone
 from importlib.resources import files
+from urllib.parse import unquote_to_bytes
 from typing import Any, AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -48,6 +52,11 @@ from venus_edge.trajectory import Trajectory
 __all__ = ["create_app"]
 
 KEY_COOKIE = "venus_edge_key"
+#: The page may not be framed by another site (its Stop button), sniffed or cached.
+PAGE_HEADERS = {"Content-Security-Policy": "frame-ancestors 'none'", "X-Content-Type-Options": "nosniff",
+                "Cache-Control": "no-store"}
+#: Host headers a loopback server answers (``allowed_hosts``): a DNS-rebinding page cannot read its sessions.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 #: Seconds between SSE keep-alive comments, so proxies and clients do not time out during a long prefill.
 SSE_PING_S = 15
 
@@ -94,6 +103,7 @@ def create_app(
     cors_origins: Sequence[str] = (),
     max_body_bytes: int = 64 * 1024,
     model_name: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The FastAPI app over ``service`` (serve it with uvicorn: ``venus-edge serve``).
 
@@ -103,6 +113,8 @@ def create_app(
         cors_origins: origins allowed cross-origin requests (none: CORS off).
         max_body_bytes: the largest request body accepted; larger ones get 413 before they are read whole.
         model_name: the id ``/v1/models`` reports (default the model file's name).
+        allowed_hosts: Host headers answered (others get 400); ``serve`` on loopback gives ``LOOPBACK_HOSTS``,
+            so that a web page rebinding its DNS name to 127.0.0.1 cannot use the server. None: any.
     """
     app = FastAPI(title="venus-edge", docs_url=None, redoc_url=None, openapi_url=None)
     name = model_name or str(service.model_info.get("name") or "venus-edge")
@@ -124,7 +136,8 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
-        return HTMLResponse(files("venus_edge.server").joinpath("static/index.html").read_text(encoding="utf-8"))
+        return HTMLResponse(files("venus_edge.server").joinpath("static/index.html").read_text(encoding="utf-8"),
+                            headers=PAGE_HEADERS)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -146,11 +159,12 @@ def create_app(
     async def sessions() -> dict[str, Any]:
         listed: dict[str, dict[str, Any]] = {}
         for trajectory in service.history():
-            listed[trajectory.session_id] = _summary(trajectory)
+            listed[trajectory.session_id] = _summary(trajectory, service.get(trajectory.session_id))
         for handle in service.sessions.values():
-            if handle.session_id not in listed or not handle.finished:
-                listed[handle.session_id] = {**listed.get(handle.session_id, {}), "session_id": handle.session_id,
-                                             "question": handle.question, "state": handle.state}
+            if handle.session_id not in listed:  # queued: nothing journaled yet
+                listed[handle.session_id] = {"session_id": handle.session_id, "question": handle.question,
+                                             "state": handle.state, "termination": None, "answer": None,
+                                             "started_at": _iso(handle.submitted_at), "turns": 0}
         return {"sessions": sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True)}
 
     @app.get("/v1/sessions/{session_id}")
@@ -159,8 +173,9 @@ def create_app(
         trajectory = service.journal(session_id)
         if trajectory is None and handle is None:
             raise _ApiError(404, f"no session {session_id}", "not_found_error")
-        view = _view(trajectory) if trajectory is not None else {"session_id": session_id, "question": handle.question,
-                                                                  "turns": []}
+        view = _view(trajectory, handle) if trajectory is not None else {
+            "session_id": session_id, "question": handle.question, "started_at": _iso(handle.submitted_at),
+            "turns": []}
         if handle is not None:
             view["state"] = handle.state
             if handle.result is not None:
@@ -212,6 +227,8 @@ def create_app(
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     if api_key:
         app.add_middleware(_BearerAuth, api_key=api_key)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     return app
 
 
@@ -255,20 +272,29 @@ async def _sse(handle: SessionHandle, *, start: int = 0, cancel_on_exit: bool) -
             handle.cancel.set()
 
 
-def _summary(trajectory: Trajectory) -> dict[str, Any]:
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+
+
+def _summary(trajectory: Trajectory, handle: SessionHandle | None) -> dict[str, Any]:
+    """A journaled session; ``state`` is the live one, or ``finished``, or ``incomplete`` (no end record and not
+    running here: a server that was killed; ``venus-edge research --resume`` continues it)."""
+    ended = trajectory.termination != "incomplete"
     return {"session_id": trajectory.session_id, "question": trajectory.question,
-            "state": "running" if trajectory.termination == "incomplete" else "finished",
+            "state": handle.state if handle is not None else "finished" if ended else "incomplete",
             "termination": trajectory.termination, "answer": trajectory.answer,
             "started_at": trajectory.header.get("started_at"), "turns": len(trajectory.turns)}
 
 
-def _view(trajectory: Trajectory) -> dict[str, Any]:
+def _view(trajectory: Trajectory, handle: SessionHandle | None) -> dict[str, Any]:
     return {
-        **_summary(trajectory),
+        **_summary(trajectory, handle),
         "sources": trajectory.sources,
         "unvisited_citations": unvisited_citations(trajectory.answer or "", trajectory.sources),
         "turns": [{"index": t.index, "kind": t.kind, "content": t.content, "tool_call": t.tool_call,
-                   "observation": t.observation, "visited_urls": list(t.visited_urls)} for t in trajectory.turns],
+                   "observation": t.observation, "visited_urls": list(t.visited_urls),
+                   "tool_failures": list(t.tool_failures), "tool_attempts": list(t.tool_attempts),
+                   "dropped_arguments": list(t.dropped_arguments)} for t in trajectory.turns],
     }
 
 
@@ -401,7 +427,8 @@ class _ServiceCollector:
 
 class _BodyLimit:
     """413 for a request body over ``max_bytes``: at once from Content-Length, or as soon as a chunked body
-    passes the limit."""
+    passes the limit. The body is read here (it is small) and handed on; later ``receive`` calls (a client's
+    disconnect during a stream) go through."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -412,28 +439,27 @@ class _BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
             return await self._refuse(send)
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        body: collections.deque[Message] = collections.deque()
+        size = 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _TooLarge
-            return message
+            body.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self._refuse(send)
+            if not message.get("more_body"):
+                break
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._refuse(send)
+        async def replay() -> Message:
+            return body.popleft() if body else await receive()
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
         response = _error(413, f"request body over {self.max_bytes:,} bytes", "invalid_request_error")
         await response({"type": "http"}, _no_body, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 async def _no_body() -> Message:
@@ -458,7 +484,7 @@ class _BearerAuth:
             for part in headers.get(b"cookie", b"").split(b";"):
                 key, _, value = part.strip().partition(b"=")
                 if key == KEY_COOKIE.encode():
-                    given = value
+                    given = unquote_to_bytes(value)  # the page sets it with encodeURIComponent
         if scope["method"] == "OPTIONS" or (given and hmac.compare_digest(given, self.key)):
             return await self.app(scope, receive, send)
         response = _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",

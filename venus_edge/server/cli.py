@@ -1,7 +1,10 @@
-"""``venus-edge serve``: the research server (``venus_edge.server.app``) on uvicorn, one model loaded once.
+"""``venus-edge serve``: the research server (``venus_edge.server.app``) on uvicorn, one model loaded once; and
+``venus-edge mcp``: the MCP server (``venus_edge.server.mcp``).
 
     venus-edge serve --model M.gguf [--corpus DIR] [--web] [--host 127.0.0.1] [--port 8765] [--api-key KEY]
                      [--cors-origin URL] [--max-queue N] [--slots N] [--journal FILE]
+    venus-edge mcp --model M.gguf [--corpus DIR] [--transport stdio|http] [--host 127.0.0.1] [--port 8766]
+                   [--journal FILE] [--max-queue N]
 
 Loopback only by default: binding any other address needs ``--api-key`` (clients send it as a bearer token).
 """
@@ -62,27 +65,43 @@ def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
     serve.add_argument("--max-question-chars", type=int, default=4_000, metavar="N",
                        help="longest question in characters (default 4000)")
 
+    mcp = commands.add_parser("mcp", help="serve research, search and visit to MCP clients (stdio or streamable HTTP)")
+    add_session_arguments(mcp, engine_key_flag="--engine-api-key")
+    mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                     help="stdio: the client starts this process (default); http: streamable HTTP at /mcp")
+    mcp.add_argument("--host", default="127.0.0.1", help="with --transport http: a loopback address (default 127.0.0.1)")
+    mcp.add_argument("--port", type=int, default=8766, help="with --transport http: the port (default 8766)")
+    mcp.add_argument("--journal", type=Path, default=None, metavar="FILE",
+                     help=f"the sessions' journal (default {default_journal_path()})")
+    mcp.add_argument("--max-queue", type=int, default=8, metavar="N",
+                     help="research sessions that may wait for the model; more are refused (default 8)")
+
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``venus-edge serve``: load the model and tools, serve until interrupted; the exit code."""
+    """``venus-edge serve`` (or ``mcp``: ``venus_edge.server.mcp.run_mcp``): load the model and tools, serve until
+    interrupted; the exit code."""
+    if args.command == "mcp":
+        from venus_edge.server.mcp import run_mcp
+
+        return run_mcp(args, parser)
     import uvicorn
 
-    from venus_edge.server.app import create_app
+    from venus_edge.server.app import LOOPBACK_HOSTS, create_app
     from venus_edge.server.service import ResearchService
 
-    check_session_arguments(args, parser)
-    if args.slots < 1:
-        parser.error("--slots must be at least 1")
     if not is_loopback(args.host) and not args.server_api_key:
         parser.error(f"--host {args.host} can be reached from other machines: give --api-key KEY (or "
                      "$VENUS_EDGE_SERVER_KEY) so that only your clients can use the model")
+    check_session_arguments(args, parser)
+    if args.slots < 1:
+        parser.error("--slots must be at least 1")
     journal = args.journal or default_journal_path()
     with open_session(args, samples=args.slots) as session:
         engines: list[Any] = session.rollout_engines(args.slots) if session.concurrent else [session.engine]
         service = ResearchService(engines, session.tools, session.config, journal_path=journal,
                                   max_queue=args.max_queue, max_question_chars=args.max_question_chars)
         app = create_app(service, api_key=args.server_api_key, cors_origins=args.cors_origin,
-                         max_body_bytes=args.max_body)
+                         max_body_bytes=args.max_body, allowed_hosts=LOOPBACK_HOSTS if is_loopback(args.host) else None)
         access = "API key required" if args.server_api_key else "loopback only, no API key"
         print(f"venus-edge serve: http://{args.host}:{args.port}/ ({access}; {len(engines)} session(s) at once, "
               f"{args.max_queue} may wait; journal {journal})", file=sys.stderr, flush=True)

@@ -1,0 +1,210 @@
+"""The research page at ``/`` in a real browser: Debian's chromium driven by playwright (its own browser download
+is not reachable here, so it is pointed at the system executable), against the real server (uvicorn on
+127.0.0.1) running the real agent loop on a ``ScriptedEngine`` that streams its turns slowly, with real
+``search`` and ``visit`` tools over a few pages of the Python documentation."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from venus_edge.agent import AgentConfig
+from venus_edge.server.app import create_app
+from venus_edge.server.service import ResearchService
+from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, tool_call_turn
+from venus_edge.toolbox import close_tools, default_tools
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable on PATH (Debian: apt install chromium)")
+
+#: A page of ``docs_corpus`` (conftest): its folder is ``pydocs``, so its corpus URL is this.
+TOML_PAGE = "corpus://pydocs/library/tomllib.html"
+NEVER_READ = "https://example.org/toml-spec"
+QUESTION = "How do I parse a TOML file in Python?"
+WAIT_MS = 20_000
+
+
+def thinking(words: str, times: int) -> str:
+    """Reasoning to stream before a turn's action, so that the turn is visibly in progress for a while."""
+    return " ".join([words] * times) + "\n"
+
+
+@pytest.fixture(scope="module")
+def tools(docs_corpus: Path) -> Iterator[list[Any]]:
+    tools = default_tools([docs_corpus], completer=None)  # no completer: visit is extractive, no model needed
+    yield tools
+    close_tools(tools)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def serve(tools: list[Any], tmp_path: Path) -> Iterator[Callable[..., tuple[str, ResearchService]]]:
+    """``serve(turns, api_key=None, max_queue=8)``: the app over a service on a scripted engine, on 127.0.0.1;
+    returns (base URL, service)."""
+    running: list[tuple[UvicornThread, ResearchService]] = []
+
+    def start(turns: list[Any], *, api_key: str | None = None, max_queue: int = 8) -> tuple[str, ResearchService]:
+        engine = ScriptedEngine(turns, piece_chars=8, delay_s=0.03)
+        service = ResearchService([engine], tools, AgentConfig(), journal_path=tmp_path / "journal.jsonl",
+                                  max_queue=max_queue)
+        server = UvicornThread(create_app(service, api_key=api_key))
+        running.append((server, service))
+        return server.url, service
+
+    yield start
+    for server, service in running:
+        service.close()
+        server.stop()
+
+
+@pytest.fixture
+def context(browser: Any) -> Iterator[Any]:
+    """A fresh browser context (no cookies); fails the test if a page of it throws an uncaught exception."""
+    context = browser.new_context()
+    context.set_default_timeout(WAIT_MS)
+    errors: list[Any] = []
+    context.on("page", lambda page: page.on("pageerror", lambda error: errors.append(error)))
+    yield context
+    context.close()
+    assert not errors, f"the page's script failed: {errors}"
+
+
+def test_a_question_streams_live_and_ends_with_linked_sources(serve: Any, context: Any) -> None:
+    turns = [
+        "",  # an empty attempt: the agent retries, and the page shows it discarded
+        thinking("I should find the standard library module for TOML.", 12)
+        + tool_call_turn("search", query=["tomllib parse TOML"]),
+        tool_call_turn("visit", url=[TOML_PAGE], goal="how to parse a TOML file"),
+        answer_turn(f"Use tomllib.load on a file opened in binary mode (see {TOML_PAGE}). "
+                    f"The format itself is described at {NEVER_READ} too."),
+    ]
+    url, _ = serve(turns)
+    page = context.new_page()
+    page.goto(url)
+    sync_api.expect(page.locator("#history")).to_contain_text("No sessions yet")
+    page.fill("#question", QUESTION)
+    page.click("#ask")
+
+    # Live: the first turn's reasoning is on the page, still being written, before any answer exists.
+    page.wait_for_function("""() => {
+        const texts = [...document.querySelectorAll('#turns .turn .attempt:not(.discarded) pre')];
+        const live = texts.map((t) => t.textContent).find((t) => t.includes('standard library'));
+        return live !== undefined && !live.includes('</tool_call>') && document.querySelector('#result').hidden;
+    }""")
+    sync_api.expect(page.locator("#stop")).to_be_enabled()
+    sync_api.expect(page.locator("#ask")).to_be_disabled()
+    sync_api.expect(page.locator("#history li.session")).to_contain_text(QUESTION)  # listed while running
+    sync_api.expect(page.locator("#turns .attempt.discarded")).to_contain_text("discarded (empty)")
+
+    # The search and the page read, each as a line of its turn.
+    sync_api.expect(page.locator("#turns .line.search")).to_contain_text("tomllib parse TOML")
+    sync_api.expect(page.locator("#turns .line.visit a")).to_have_attribute("href", TOML_PAGE)
+    sync_api.expect(page.locator("#turns .line.returned a")).to_have_text(TOML_PAGE)
+
+    # The answer, its source as a link, and the citation that no tool read, flagged.
+    sync_api.expect(page.locator("#answer")).to_contain_text("Use tomllib.load on a file opened in binary mode",
+                                                            timeout=WAIT_MS)
+    assert page.locator("#sources a").evaluate_all("links => links.map((a) => a.getAttribute('href'))") == [TOML_PAGE]
+    unvisited = page.locator("#unvisited .unvisited")
+    sync_api.expect(unvisited).to_have_count(1)
+    sync_api.expect(unvisited).to_contain_text(NEVER_READ)
+    sync_api.expect(unvisited).to_contain_text("cited but never read")
+    sync_api.expect(page.locator("#answer a.unvisited-cite")).to_have_attribute("href", NEVER_READ)
+    sync_api.expect(page.locator("#answer a.cite:not(.unvisited-cite)")).to_have_attribute("href", TOML_PAGE)
+    sync_api.expect(page.locator("#status")).to_have_text("Answered")
+    sync_api.expect(page.locator("#stop")).to_be_disabled()
+    assert page.locator("#turns > .turn").count() == 3
+    # Model text is text: the turn's markup shows as written, never as elements.
+    assert page.locator("#turns tool_call, #turns answer").count() == 0
+    sync_api.expect(page.locator("#turns .turn").last).to_contain_text("<answer>")
+
+    # A fresh page lists the session; opening it reads it back from the journal.
+    page.goto(url)
+    session = page.locator("#history li.session")
+    sync_api.expect(session).to_have_count(1)
+    sync_api.expect(session).to_contain_text(QUESTION)
+    sync_api.expect(session).to_contain_text("Answered")
+    sync_api.expect(page.locator("#session")).to_be_hidden()
+    session.locator("button").click()
+    sync_api.expect(page.locator("#session-question")).to_have_text(QUESTION)
+    sync_api.expect(page.locator("#turns > .turn")).to_have_count(3)
+    sync_api.expect(page.locator("#turns .line.search")).to_contain_text("tomllib parse TOML")
+    sync_api.expect(page.locator("#turns .turn").nth(1).locator(".observation")).to_have_count(1)
+    sync_api.expect(page.locator("#answer")).to_contain_text("Use tomllib.load")
+    sync_api.expect(page.locator("#sources a")).to_have_attribute("href", TOML_PAGE)
+    sync_api.expect(page.locator("#unvisited .unvisited")).to_contain_text(NEVER_READ)
+    sync_api.expect(session).to_have_class(re.compile(r"\bcurrent\b"))
+
+
+def test_stop_cancels_a_running_session_and_a_full_queue_says_busy(serve: Any, context: Any) -> None:
+    slow = thinking("Let me think about this slowly.", 200) + tool_call_turn("search", query=["never reached"])
+    url, service = serve([slow], max_queue=0)  # one session runs; none may wait
+    page = context.new_page()
+    page.goto(url)
+    page.fill("#question", "A question that takes long")
+    page.click("#ask")
+    sync_api.expect(page.locator("#turns .turn pre")).to_contain_text("think about this slowly")
+
+    # A second page: the queue is full, so its question is refused with the server's Retry-After.
+    other = context.new_page()
+    other.goto(url)
+    other.fill("#question", "Another question")
+    other.click("#ask")
+    sync_api.expect(other.locator("#error")).to_contain_text(re.compile(r"busy: retry in \d+ s"))
+    sync_api.expect(other.locator("#ask")).to_be_enabled()
+    # ... and it can follow the running session from the list, live.
+    other.locator("#history li.session button").click()
+    sync_api.expect(other.locator("#turns .turn pre")).to_contain_text("think about this slowly")
+    sync_api.expect(other.locator("#stop")).to_be_enabled()
+
+    started = time.monotonic()
+    page.click("#stop")
+    sync_api.expect(page.locator("#status")).to_have_text("Cancelled")
+    assert time.monotonic() - started < 5, "the session did not stop within a turn"
+    sync_api.expect(page.locator("#answer")).to_contain_text("No answer: Cancelled")
+    sync_api.expect(page.locator("#stop")).to_be_disabled()
+    sync_api.expect(page.locator("#ask")).to_be_enabled()
+    sync_api.expect(other.locator("#status")).to_have_text("Cancelled")
+    sync_api.expect(page.locator("#history li.session")).to_contain_text("Cancelled")
+    (handle,) = service.sessions.values()
+    assert handle.result is not None and handle.result["termination"] == "cancelled"
+    text = page.locator("#turns .turn pre").first.text_content() or ""
+    assert "never reached" not in text  # stopped mid-turn: the rest of the turn was never streamed
+
+
+def test_with_an_api_key_the_page_asks_for_it_and_then_works(serve: Any, context: Any) -> None:
+    url, _ = serve([answer_turn("Nothing needed reading.")], api_key="k")
+    page = context.new_page()
+    page.goto(url)
+    sync_api.expect(page.locator("#key-form")).to_be_visible()
+    page.fill("#key", "wrong")
+    page.click("#key-submit")
+    sync_api.expect(page.locator("#key-error")).to_contain_text("refused")
+    sync_api.expect(page.locator("#key-form")).to_be_visible()
+    page.fill("#key", "k")
+    page.click("#key-submit")
+    sync_api.expect(page.locator("#key-form")).to_be_hidden()
+    sync_api.expect(page.locator("#history")).to_contain_text("No sessions yet")
+    sync_api.expect(page.locator("#health")).to_have_text("model: scripted")
+    (cookie,) = [c for c in context.cookies() if c["name"] == "venus_edge_key"]
+    assert (cookie["value"], cookie["path"], cookie["sameSite"]) == ("k", "/", "Strict")
+
+    page.fill("#question", QUESTION)
+    page.click("#ask")  # POST with the cookie, then EventSource (which cannot send headers) with the cookie
+    sync_api.expect(page.locator("#answer")).to_have_text("Nothing needed reading.")
+    sync_api.expect(page.locator("#status")).to_have_text("Answered")
+    sync_api.expect(page.locator("#sources-box")).to_be_hidden()
+    sync_api.expect(page.locator("#history li.session")).to_contain_text(QUESTION)

@@ -1,0 +1,394 @@
+"""The research server, started for real (uvicorn on 127.0.0.1) and driven over HTTP: SSE order, a session on a
+real model, cancellation and client disconnect, queue overflow, auth, body limits, the OpenAI client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import quote
+
+import httpx
+import openai
+import pytest
+
+from venus_edge.agent import Agent, AgentConfig
+from venus_edge.cli import main
+from venus_edge.server import ResearchService, SessionRequest, create_app
+from venus_edge.server.app import LOOPBACK_HOSTS
+from venus_edge.server.cli import is_loopback
+from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, tool_call_turn
+from venus_edge.toolbox import close_tools, default_tools
+from venus_edge.trajectory import read_journal
+
+SLOW_ANSWER = answer_turn("y" * 2_000)  # 250 pieces of 8 characters, 10 ms each: 2.5 s of "decoding"
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    return tmp_path / "journal.jsonl"
+
+
+@pytest.fixture(scope="module")
+def corpus_tools(docs_corpus: Path) -> Iterator[list[Any]]:
+    tools = default_tools([docs_corpus], completer=None)
+    yield tools
+    close_tools(tools)
+
+
+def serve(engine: ScriptedEngine, journal: Path, tools: list[Any] | None = None, *, config: AgentConfig | None = None,
+          max_queue: int = 8, **app_args: Any) -> tuple[ResearchService, UvicornThread]:
+    service = ResearchService([engine], tools or [], config or AgentConfig(), journal_path=journal,
+                              max_queue=max_queue)
+    return service, UvicornThread(create_app(service, **app_args))
+
+
+def sse(response: httpx.Response) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(event, id, data) of each SSE message of a streaming response."""
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if not line:
+            if "data" in fields:
+                yield fields.get("event", "message"), fields.get("id", ""), json.loads(fields["data"])
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.removeprefix(" ")
+
+
+def first_corpus_url(tools: list[Any]) -> str:
+    search = next(tool for tool in tools if tool.name == "search")
+    (results,) = json.loads(search({"query": ["dataclasses field default"]}).text)
+    return str(results["web_page_info_list"][0]["url"])
+
+
+def test_events_stream_in_order_with_ids_and_end_with_the_result(journal: Path, corpus_tools: list[Any]) -> None:
+    url = first_corpus_url(corpus_tools)
+    engine = ScriptedEngine([tool_call_turn("search", query=["dataclasses field"]),
+                             tool_call_turn("visit", url=[url], goal="what a field is"),
+                             answer_turn(f"A field, see {url} and https://example.org/never-read")], piece_chars=16)
+    service, server = serve(engine, journal, corpus_tools)
+    with server, httpx.stream("POST", f"{server.url}/v1/research", json={"question": "What is a field?"},
+                              timeout=30) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        messages = list(sse(response))
+    service.close()
+    kinds = [kind for kind, _, _ in messages]
+    assert [int(index) for _, index, _ in messages] == list(range(len(messages)))
+    assert all(data["type"] == kind for kind, _, data in messages)
+    assert kinds[0] == "session_started" and kinds[-1] == "session_finished"
+    flow = [k for k in kinds if k in ("turn_started", "turn_completed", "tool_called", "tool_returned")]
+    assert flow == ["turn_started", "tool_called", "tool_returned", "turn_completed"] * 2 + \
+        ["turn_started", "turn_completed"]  # a tool turn is recorded with its result
+    assert kinds.index("text") > kinds.index("turn_started")
+    result = messages[-1][2]
+    assert result["termination"] == "answered" and result["answer"].startswith("A field")
+    assert result["sources"] == [url] and result["unvisited_citations"] == ["https://example.org/never-read"]
+    (trajectory,) = read_journal(journal).trajectories
+    assert trajectory.session_id == result["session_id"] == messages[0][2]["session_id"]
+
+
+def test_a_late_listener_replays_from_last_event_id_and_reads_the_session_back(journal: Path) -> None:
+    service, server = serve(ScriptedEngine([answer_turn("42")], piece_chars=4), journal)
+    with server:
+        started = httpx.post(f"{server.url}/v1/research", json={"question": "q", "stream": False})
+        assert started.status_code == 202
+        links = started.json()
+        service.get(links["session_id"]).wait(10)
+        with httpx.stream("GET", server.url + links["events_url"], headers={"Last-Event-ID": "2"}) as response:
+            replay = list(sse(response))
+        view = httpx.get(server.url + links["session_url"]).json()
+        listed = httpx.get(f"{server.url}/v1/sessions").json()["sessions"]
+        missing = httpx.get(f"{server.url}/v1/sessions/{'0' * 32}")
+    service.close()
+    assert replay[0][1] == "3" and replay[-1][0] == "session_finished"
+    assert view["state"] == "finished" and view["answer"] == "42" and view["turns"][0]["kind"] == "answer"
+    assert [s["session_id"] for s in listed] == [links["session_id"]]
+    assert missing.status_code == 404 and "no session" in missing.json()["error"]["message"]
+
+
+def test_delete_cancels_a_running_session_within_its_turn(journal: Path) -> None:
+    engine = ScriptedEngine([SLOW_ANSWER], piece_chars=8, delay_s=0.01)
+    service, server = serve(engine, journal)
+    with server, httpx.stream("POST", f"{server.url}/v1/research", json={"question": "q"}) as response:
+        kinds = []
+        for kind, _, data in sse(response):
+            kinds.append(kind)
+            if kind == "text" and kinds.count("text") == 3:
+                session_id = response.headers["x-session-id"]
+                assert httpx.delete(f"{server.url}/v1/sessions/{session_id}").status_code == 202
+        again = httpx.delete(f"{server.url}/v1/sessions/{session_id}")
+    service.close()
+    assert kinds[-1] == "session_finished" and data["termination"] == "cancelled"
+    assert engine.pieces_streamed < 50  # of 250: the decode stopped within the turn
+    assert again.status_code == 409
+    (trajectory,) = read_journal(journal).trajectories
+    assert trajectory.termination == "cancelled"
+
+
+def test_a_client_that_disconnects_cancels_its_session(journal: Path) -> None:
+    engine = ScriptedEngine([SLOW_ANSWER], piece_chars=8, delay_s=0.01)
+    service, server = serve(engine, journal)
+    with server:
+        with httpx.stream("POST", f"{server.url}/v1/research", json={"question": "q"}) as response:
+            session_id = response.headers["x-session-id"]
+            for kind, _, _ in sse(response):
+                if kind == "text":
+                    break
+        handle = service.get(session_id)
+        assert handle is not None and handle.wait(10)
+    service.close()
+    assert handle.result is not None and handle.result["termination"] == "cancelled"
+    assert engine.pieces_streamed < 100
+
+
+def test_a_full_queue_answers_429_with_retry_after_and_a_queued_session_can_be_cancelled(journal: Path) -> None:
+    engine = ScriptedEngine(lambda prompt: SLOW_ANSWER, piece_chars=8, delay_s=0.01)
+    service, server = serve(engine, journal, max_queue=1)
+    with server:
+        running = httpx.post(f"{server.url}/v1/research", json={"question": "one", "stream": False}).json()
+        deadline = time.monotonic() + 10
+        while service.running == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        queued = httpx.post(f"{server.url}/v1/research", json={"question": "two", "stream": False}).json()
+        refused = httpx.post(f"{server.url}/v1/research", json={"question": "three", "stream": False})
+        health = httpx.get(f"{server.url}/health").json()
+        assert httpx.delete(f"{server.url}/v1/sessions/{queued['session_id']}").status_code == 202
+        httpx.delete(f"{server.url}/v1/sessions/{running['session_id']}")
+    service.close()
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert "waiting" in refused.json()["error"]["message"]
+    assert health["queue"] == {"waiting": 1, "running": 1, "max_queue": 1, "workers": 1}
+    assert service.get(queued["session_id"]).result["termination"] == "cancelled"  # type: ignore[union-attr]
+    assert len(engine.prompts) == 1  # the queued session never reached the model
+
+
+def test_every_route_needs_the_key_except_the_page(journal: Path) -> None:
+    service, server = serve(ScriptedEngine(lambda prompt: answer_turn("ok")), journal, api_key="s3cret")
+    with server:
+        bare = httpx.get(f"{server.url}/v1/models")
+        wrong = httpx.get(f"{server.url}/v1/models", headers={"Authorization": "Bearer nope"})
+        research = httpx.post(f"{server.url}/v1/research", json={"question": "q"})
+        metrics = httpx.get(f"{server.url}/metrics")
+        right = httpx.get(f"{server.url}/v1/models", headers={"Authorization": "Bearer s3cret"})
+        cookie = httpx.get(f"{server.url}/health", cookies={"venus_edge_key": "s3cret"})
+        page = httpx.get(f"{server.url}/")
+    service.close()
+    for refused in (bare, wrong, research, metrics):
+        assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    assert research.json()["error"]["type"] == "authentication_error"
+    assert right.status_code == 200 and right.json()["data"][0]["id"] == "scripted"
+    assert cookie.status_code == 200 and page.status_code == 200 and page.text.lower().startswith("<!doctype html")
+    assert service.counters["submitted"] == 0
+
+
+def test_oversized_bodies_and_questions_are_refused(journal: Path) -> None:
+    service, server = serve(ScriptedEngine(lambda prompt: answer_turn("ok")), journal, max_body_bytes=2_000)
+    service.max_question_chars = 500
+    big = json.dumps({"question": "x" * 5_000}).encode()
+
+    def chunked() -> Iterator[bytes]:
+        for start in range(0, len(big), 1_000):
+            yield big[start: start + 1_000]
+
+    with server:
+        declared = httpx.post(f"{server.url}/v1/research", content=big, headers={"Content-Type": "application/json"})
+        streamed = httpx.post(f"{server.url}/v1/research", content=chunked(),
+                              headers={"Content-Type": "application/json"})
+        long_question = httpx.post(f"{server.url}/v1/research", json={"question": "x" * 600})
+        empty = httpx.post(f"{server.url}/v1/research", json={"question": "  "})
+        bad_limit = httpx.post(f"{server.url}/v1/research", json={"question": "q", "max_turns": 0})
+        unknown = httpx.post(f"{server.url}/v1/research", json={"question": "q", "shell": "rm"})
+    service.close()
+    assert declared.status_code == 413 and streamed.status_code == 413
+    assert "2,000 bytes" in declared.json()["error"]["message"]
+    assert long_question.status_code == 413 and "at most 500" in long_question.json()["error"]["message"]
+    assert empty.status_code == 422 and "empty" in empty.json()["error"]["message"]
+    assert bad_limit.status_code == 422 and "max_turns" in bad_limit.json()["error"]["message"]
+    assert unknown.status_code == 422 and "shell" in unknown.json()["error"]["message"]
+    assert service.counters["submitted"] == 0
+
+
+def test_request_limits_are_lowered_to_the_servers_never_raised(journal: Path) -> None:
+    service = ResearchService([ScriptedEngine([])], [], AgentConfig(max_turns=20, time_limit_s=600), journal_path=journal)
+    try:
+        lowered = service.limit(SessionRequest("q", max_turns=5, time_limit_s=60, max_tokens=100))
+        capped = service.limit(SessionRequest("q", max_turns=500, time_limit_s=60_000, max_tokens=10**9))
+    finally:
+        service.close()
+    assert (lowered.max_turns, lowered.time_limit_s, lowered.sampling.max_tokens) == (5, 60, 100)
+    assert (capped.max_turns, capped.time_limit_s, capped.sampling.max_tokens) == (20, 600, 15_000)
+
+
+def test_the_openai_client_streams_reasoning_then_the_answer_with_sources(journal: Path,
+                                                                         corpus_tools: list[Any]) -> None:
+    url = first_corpus_url(corpus_tools)
+    engine = ScriptedEngine([tool_call_turn("visit", url=[url], goal="g"), answer_turn("It is a field.")],
+                            piece_chars=6)
+    service, server = serve(engine, journal, corpus_tools, api_key="k")
+    with server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="k", max_retries=0)
+        models = [model.id for model in client.models.list()]
+        stream = client.chat.completions.create(
+            model=models[0], stream=True,
+            messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "What is a field?"}])
+        reasoning, content, finish = [], [], None
+        for chunk in stream:
+            delta = chunk.choices[0].delta
+            reasoning.append(getattr(delta, "reasoning_content", None) or "")
+            content.append(delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+        engine.turns = [answer_turn("plain")]
+        whole = client.chat.completions.create(model=models[0], messages=[{"role": "user", "content": "again?"}])
+        with pytest.raises(openai.UnprocessableEntityError):
+            client.chat.completions.create(model=models[0], messages=[{"role": "system", "content": "no question"}])
+    service.close()
+    assert models == ["scripted"]
+    progress = "".join(reasoning)
+    assert "[visit]" in progress and url in progress and "It is a field." in progress
+    answer = "".join(content)
+    assert answer.startswith("It is a field.") and f"Sources:\n1. {url}" in answer and finish == "stop"
+    assert whole.choices[0].message.content == "plain" and whole.usage is not None and whole.usage.total_tokens > 0
+    assert len(read_journal(journal).trajectories) == 2
+
+
+def test_metrics_count_sessions_tokens_and_prefill_reuse(journal: Path) -> None:
+    service, server = serve(ScriptedEngine(lambda prompt: answer_turn("ok")), journal)
+    with server:
+        for _ in range(2):
+            httpx.post(f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "q"}]})
+        text = httpx.get(f"{server.url}/metrics").text
+    service.close()
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and line[0] != "#"}
+    assert values['venus_edge_sessions_finished_total{termination="answered"}'] == 2
+    assert values["venus_edge_sessions_submitted_total"] == 2 and values["venus_edge_turns_total"] == 2
+    assert values["venus_edge_tokens_decoded_total"] > 0 and values['venus_edge_sessions{state="waiting"}'] == 0
+    assert "venus_edge_prefill_reuse_ratio" in values and "venus_edge_decode_tokens_per_second" in values
+
+
+def test_serve_refuses_a_public_address_without_a_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--host", "0.0.0.0", "--model", "/nonexistent.gguf"])
+    assert exited.value.code == 2
+    assert "--api-key" in capsys.readouterr().err
+
+
+def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_gguf: Path, docs_corpus: Path) -> None:
+    """`venus-edge serve` as a user starts it: SmolLM2 with the protocol grammar, a docs corpus, one session."""
+    with UvicornThread(create_app(ResearchService([ScriptedEngine([])], [], AgentConfig(),
+                                                  journal_path=tmp_path / "probe.jsonl"))) as probe:
+        port = probe.port + 1  # a neighbour of a port that was just free; retried below if taken
+    journal = tmp_path / "served.jsonl"
+    command = [sys.executable, "-m", "venus_edge.cli", "serve", "--model", str(smollm2_gguf), "--corpus",
+               str(docs_corpus), "--strict", "--extractive-visit", "--max-turns", "2", "--n-ctx", "4096",
+               "--max-tokens", "192", "--threads", "2", "--no-prompt-cache", "--port", str(port), "--journal",
+               str(journal)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        banner = process.stderr.readline()  # type: ignore[union-attr]
+        assert "venus-edge serve: http://127.0.0.1" in banner, banner
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.2)
+        with httpx.stream("POST", f"{base}/v1/research", json={"question": "What does dataclasses.field do?"},
+                          timeout=300) as response:
+            messages = list(sse(response))
+        view = httpx.get(f"{base}/v1/sessions/{messages[-1][2]['session_id']}").json()
+    finally:
+        process.terminate()
+        process.wait(30)
+    kinds = [kind for kind, _, _ in messages]
+    assert kinds[0] == "session_started" and kinds[-1] == "session_finished" and "text" in kinds
+    completed = [data for kind, _, data in messages if kind == "turn_completed"]
+    assert completed and all(turn["kind"] in ("tool_call", "answer") for turn in completed)  # strict: well formed
+    assert view["state"] == "finished" and len(view["turns"]) == len(completed)
+    (trajectory,) = read_journal(journal).trajectories
+    assert trajectory.termination == messages[-1][2]["termination"]
+
+
+def test_many_sessions_share_the_journal_without_mixing_records(journal: Path) -> None:
+    engine = ScriptedEngine(lambda prompt: answer_turn(prompt.rsplit("Q", 1)[-1][:3]), piece_chars=2)
+    service, server = serve(engine, journal, max_queue=32)
+    answers: dict[str, str] = {}
+
+    def ask(n: int) -> None:
+        reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
+                           json={"messages": [{"role": "user", "content": f"Q{n:03d}"}]}).json()
+        answers[f"{n:03d}"] = reply["choices"][0]["message"]["content"]
+
+    with server:
+        threads = [threading.Thread(target=ask, args=(n,)) for n in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    service.close()
+    assert all(answer == number for number, answer in answers.items()) and len(answers) == 12
+    trajectories = read_journal(journal).trajectories
+    assert sorted(t.question for t in trajectories) == [f"Q{n:03d}" for n in range(12)]
+    assert all(t.answer == t.question[1:] for t in trajectories)
+
+
+def test_a_key_with_any_characters_travels_in_the_pages_cookie(journal: Path) -> None:
+    key = 'a b;c,"d\\é'
+    service, server = serve(ScriptedEngine(lambda prompt: answer_turn("ok")), journal, api_key=key)
+    with server:
+        encoded = httpx.get(f"{server.url}/health", headers={"Cookie": f"venus_edge_key={quote(key)}"})
+        raw_prefix = httpx.get(f"{server.url}/health", headers={"Cookie": "venus_edge_key=a"})
+        bearer = httpx.get(f"{server.url}/health", headers={"Authorization": f"Bearer {quote(key)}"})
+    service.close()
+    assert encoded.status_code == 200 and raw_prefix.status_code == 401
+    assert bearer.status_code == 401  # a bearer token is compared as sent
+
+
+def test_a_loopback_server_answers_only_loopback_host_names(journal: Path) -> None:
+    service, server = serve(ScriptedEngine([]), journal, allowed_hosts=LOOPBACK_HOSTS)
+    with server:
+        rebound = httpx.get(f"{server.url}/v1/sessions", headers={"Host": "attacker.example"})
+        local = httpx.get(f"{server.url}/v1/sessions", headers={"Host": f"localhost:{server.port}"})
+        page = httpx.get(f"{server.url}/")
+    service.close()
+    assert rebound.status_code == 400 and local.status_code == 200
+    assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
+    assert page.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_session_a_killed_server_left_is_listed_as_incomplete(journal: Path) -> None:
+    stream = Agent(ScriptedEngine([SLOW_ANSWER], piece_chars=8), [], trajectory_path=journal).events("old question")
+    next(stream)  # session_started: the start record is in the journal; then the "server" dies
+    stream.close()
+    service, server = serve(ScriptedEngine([]), journal)
+    with server:
+        (listed,) = httpx.get(f"{server.url}/v1/sessions").json()["sessions"]
+        view = httpx.get(f"{server.url}/v1/sessions/{listed['session_id']}").json()
+    service.close()
+    assert listed["state"] == view["state"] == "incomplete" and listed["question"] == "old question"
+
+
+def test_sessions_decode_side_by_side_when_there_are_several_engines(journal: Path) -> None:
+    """``--slots N``: one worker per engine (the sequences of a batched engine); sessions past them wait."""
+    engines = [ScriptedEngine(lambda prompt: SLOW_ANSWER, piece_chars=8, delay_s=0.01) for _ in range(2)]
+    service = ResearchService(engines, [], AgentConfig(), journal_path=journal, max_queue=4)
+    handles = [service.submit(SessionRequest(f"q{n}")) for n in range(3)]
+    deadline = time.monotonic() + 10
+    while service.running < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    states = sorted(handle.state for handle in handles)
+    for handle in handles:
+        service.cancel(handle.session_id)
+    service.close()
+    assert states == ["queued", "running", "running"]
+    assert all(engine.prompts for engine in engines)
