@@ -19,7 +19,7 @@ import pytest
 
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import main
-from venus_edge.server import ResearchService, SessionRequest, create_app
+from venus_edge.server import QueueFullError, ResearchService, SessionRequest, create_app
 from venus_edge.server.app import LOOPBACK_HOSTS
 from venus_edge.server.cli import is_loopback
 from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, tool_call_turn
@@ -392,3 +392,117 @@ def test_sessions_decode_side_by_side_when_there_are_several_engines(journal: Pa
     service.close()
     assert states == ["queued", "running", "running"]
     assert all(engine.prompts for engine in engines)
+
+
+def test_a_burst_of_submits_never_queues_more_than_max_queue(journal: Path) -> None:
+    engine = ScriptedEngine(lambda prompt: SLOW_ANSWER, piece_chars=8, delay_s=0.01)
+    service = ResearchService([engine], [], AgentConfig(), journal_path=journal, max_queue=1)
+    accepted, refused = [], 0
+    for n in range(10):  # faster than the worker wakes up
+        try:
+            accepted.append(service.submit(SessionRequest(f"q{n}")))
+        except QueueFullError:
+            refused += 1
+    for handle in accepted:
+        service.cancel(handle.session_id)
+    service.close()
+    assert len(accepted) == 2 and refused == 8  # one for the idle worker, one waiting
+
+
+def test_a_client_that_leaves_while_queued_frees_its_place_at_once(journal: Path) -> None:
+    engine = ScriptedEngine(lambda prompt: SLOW_ANSWER, piece_chars=8, delay_s=0.01)
+    service, server = serve(engine, journal, max_queue=1)
+    with server:
+        running = httpx.post(f"{server.url}/v1/research", json={"question": "one", "stream": False}).json()
+        with httpx.stream("POST", f"{server.url}/v1/research", json={"question": "two"}) as response:
+            queued_id = response.headers["x-session-id"]
+            assert service.get(queued_id).state == "queued"  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10  # the client left while "two" waited
+        while service.waiting and time.monotonic() < deadline:
+            time.sleep(0.02)
+        third = httpx.post(f"{server.url}/v1/research", json={"question": "three", "stream": False})
+        listed = {s["session_id"]: s for s in httpx.get(f"{server.url}/v1/sessions").json()["sessions"]}
+        for session_id in (running["session_id"], third.json().get("session_id", "")):
+            httpx.delete(f"{server.url}/v1/sessions/{session_id}")
+    service.close()
+    assert third.status_code == 202
+    assert listed[queued_id]["termination"] == "cancelled" and listed[queued_id]["state"] == "finished"
+    assert len(engine.prompts) == 1 + 1  # "two" never reached the model; "three" did
+
+
+def test_a_chat_client_that_leaves_without_streaming_cancels_its_session(journal: Path) -> None:
+    engine = ScriptedEngine(lambda prompt: SLOW_ANSWER, piece_chars=8, delay_s=0.01)
+    service, server = serve(engine, journal)
+    with server:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.url}/v1/chat/completions", timeout=0.5,
+                       json={"messages": [{"role": "user", "content": "q"}]})
+        (handle,) = service.sessions.values()
+        assert handle.wait(10)
+    service.close()
+    assert handle.result is not None and handle.result["termination"] == "cancelled"
+    assert engine.pieces_streamed < 200
+
+
+def test_last_event_id_garbage_restarts_and_an_id_past_the_end_keeps_true_ids(journal: Path) -> None:
+    engine = ScriptedEngine(lambda prompt: SLOW_ANSWER, piece_chars=8, delay_s=0.005)
+    service, server = serve(engine, journal)
+    with server:
+        session_id = httpx.post(f"{server.url}/v1/research", json={"question": "q", "stream": False}).json()[
+            "session_id"]
+        ids = {}
+        for last in ("60", "\u00b2", "9" * 5000, "-3"):  # "60" first: past the end of a live session
+            with httpx.stream("GET", f"{server.url}/v1/sessions/{session_id}/events",
+                              headers={"Last-Event-ID": last.encode("latin-1")}) as response:
+                assert response.status_code == 200
+                ids[last[:8]] = [(int(index), kind) for kind, index, _ in sse(response)]
+    service.close()
+    everything = ids["\u00b2"]
+    assert [index for index, _ in everything] == list(range(len(everything)))
+    assert ids["99999999"] == ids["-3"] == everything
+    assert ids["60"] == everything[61:] and ids["60"][-1][1] == "session_finished"
+
+
+def test_a_session_that_fails_to_start_ends_and_the_worker_goes_on(journal: Path) -> None:
+    class FailsOnce(ScriptedEngine):
+        failed = False
+
+        def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
+            if "ONCE" in text and not self.failed:
+                self.failed = True
+                raise ConnectionError("model server unreachable")
+            return super().tokenize(text, parse_special=parse_special)
+
+    service = ResearchService([FailsOnce(lambda prompt: answer_turn("ok"))], [], AgentConfig(), journal_path=journal)
+    first = service.submit(SessionRequest("ONCE"))
+    assert first.wait(10)
+    second = service.submit(SessionRequest("again"))
+    assert second.wait(10)
+    service.close()
+    assert first.result["termination"] == "error"  # type: ignore[index]
+    assert [e["type"] for e in first.events] == ["error", "session_finished"]
+    assert second.result["termination"] == "answered" and service.running == 0  # type: ignore[index]
+
+
+def test_only_the_last_finished_sessions_stay_in_memory(journal: Path) -> None:
+    service = ResearchService([ScriptedEngine(lambda prompt: answer_turn("ok"))], [], AgentConfig(),
+                              journal_path=journal, keep_finished=3)
+    handles = [service.submit(SessionRequest(f"q{n}")) for n in range(6)]
+    for handle in handles:
+        handle.wait(10)
+    history = service.history()
+    service.close()
+    assert list(service.sessions) == [h.session_id for h in handles[3:]]
+    assert len(history) == 6 and service.history() is history  # read once while the file is unchanged
+
+
+def test_loopback_servers_answer_their_own_address_and_cors_covers_errors(journal: Path) -> None:
+    from venus_edge.server.cli import _loopback_hosts
+
+    assert "127.0.0.2" in _loopback_hosts("127.0.0.2") and "[::1]" in _loopback_hosts("::1")  # type: ignore[operator]
+    assert _loopback_hosts("10.0.0.5") is None
+    service, server = serve(ScriptedEngine([]), journal, api_key="k", cors_origins=["http://app.local"])
+    with server:
+        refused = httpx.get(f"{server.url}/v1/models", headers={"Origin": "http://app.local"})
+    service.close()
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "http://app.local"

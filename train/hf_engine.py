@@ -172,6 +172,8 @@ class TransformersEngine:
             if len(full) > len(text):
                 stream.feed(full[len(text):])
             stream.flush()
+        if stream.cancelled:  # also when the cancel came with the final flush
+            finish = "cancelled"
         end = time.perf_counter()
         self.calls.append(GenerationCall(tuple(prompt), tuple(sampled), tuple(logprobs)))
         stats = GenerationStats(prompt_tokens=len(prompt), prompt_tokens_evaluated=len(prompt) - reused,

@@ -49,7 +49,13 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 from venus_edge import protocol
 from venus_edge.context.policies import Compaction, CompactionContext, ContextPolicy, make_policy
 from venus_edge.engine import Completion, Engine, SamplingParams, stream_generation
-from venus_edge.errors import ContextOverflowError, ContextSettingsError, EngineConnectionError, TrajectoryError
+from venus_edge.errors import (
+    ContextOverflowError,
+    ContextSettingsError,
+    EngineConnectionError,
+    GenerationCancelled,
+    TrajectoryError,
+)
 from venus_edge.grammar import GrammarLimits, turn_grammar
 from venus_edge.events import (
     ContextCompacted,
@@ -517,7 +523,7 @@ class _Session:
         ``llm_error`` and an ``ErrorRaised`` event, its journal whole."""
         try:
             return (yield from self._loop())
-        except _Cancelled:
+        except (_Cancelled, GenerationCancelled):  # the latter from an engine that lets it out of generate
             return (yield from self._end(CANCELLED, None))
         except EngineConnectionError as exc:
             yield ErrorRaised(self.turns, "engine", f"{type(exc).__name__}: {exc}")
@@ -565,6 +571,8 @@ class _Session:
                 return (yield from self._end(LLM_ERROR, None))
             parsed = attempt.parsed
             assert attempt.completion is not None
+            if attempt.call is not None:
+                self._check_cancel()  # cancelled during the turn's last piece: its tool does not run
             index = len(self.messages)
             self._sampled[index] = _Sampled(attempt.completion.text, list(attempt.completion.token_ids))
             self.longest_turn = max(self.longest_turn, len(attempt.completion.token_ids))

@@ -356,6 +356,8 @@ class BatchedLlamaCppEngine:
             if finish != "stop" or stream.stop_hit in request.stop_ids.values():
                 stream.feed(request.decoder.decode(b"", final=True))
                 stream.flush()
+            if stream.cancelled:  # also when the cancel came with the final flush
+                finish = "cancelled"
             end = time.perf_counter()
             first = request.first or end
             stats = GenerationStats(len(request.prompt), request.evaluated, len(request.prompt) - request.evaluated,

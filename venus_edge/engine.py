@@ -629,6 +629,8 @@ def _run_generation(
     if finish != "stop" or stream.stop_hit in stop_ids.values():
         stream.feed(decoder.decode(b"", final=True))
         stream.flush()
+    if stream.cancelled:  # also when the cancel came with the final flush
+        finish = "cancelled"
     end = time.perf_counter()
     stats = GenerationStats(
         prompt_tokens=len(prompt_ids),

@@ -199,6 +199,8 @@ class OpenAIEngine:
                 finish = "eog"
         if finish != "stop" or stream.stop_hit in stop_ids.values():
             stream.flush()
+        if stream.cancelled:  # also when the cancel came with the final flush
+            finish = "cancelled"
         end = time.perf_counter()
         evaluated = _evaluated(report, len(prompt))
         stats = GenerationStats(len(prompt), evaluated, len(prompt) - evaluated,

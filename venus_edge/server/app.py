@@ -25,13 +25,15 @@ sets, since ``EventSource`` cannot send headers).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import hmac
 import json
+import re
 from datetime import datetime, timezone
 from importlib.resources import files
 from urllib.parse import unquote_to_bytes
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -152,25 +154,27 @@ def create_app(
         handle = _submit(service, SessionRequest(body.question, body.max_turns, body.time_limit_s, body.max_tokens))
         if not body.stream:
             return JSONResponse(_links(handle), status_code=202)
-        return EventSourceResponse(_sse(handle, cancel_on_exit=True), ping=SSE_PING_S,
+        return EventSourceResponse(_sse(handle, cancel=service.cancel), ping=SSE_PING_S,
                                    headers={"X-Session-Id": handle.session_id})
 
     @app.get("/v1/sessions")
     async def sessions() -> dict[str, Any]:
         listed: dict[str, dict[str, Any]] = {}
-        for trajectory in service.history():
+        for trajectory in await asyncio.to_thread(service.history):
             listed[trajectory.session_id] = _summary(trajectory, service.get(trajectory.session_id))
-        for handle in service.sessions.values():
-            if handle.session_id not in listed:  # queued: nothing journaled yet
+        for handle in list(service.sessions.values()):
+            if handle.session_id not in listed:  # queued, or cancelled before it ran: nothing journaled
+                result = handle.result or {}
                 listed[handle.session_id] = {"session_id": handle.session_id, "question": handle.question,
-                                             "state": handle.state, "termination": None, "answer": None,
-                                             "started_at": _iso(handle.submitted_at), "turns": 0}
+                                             "state": handle.state, "termination": result.get("termination"),
+                                             "answer": result.get("answer"), "started_at": _iso(handle.submitted_at),
+                                             "turns": 0}
         return {"sessions": sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True)}
 
     @app.get("/v1/sessions/{session_id}")
     async def session(session_id: str) -> dict[str, Any]:
         handle = service.get(session_id)
-        trajectory = service.journal(session_id)
+        trajectory = await asyncio.to_thread(service.journal, session_id)
         if trajectory is None and handle is None:
             raise _ApiError(404, f"no session {session_id}", "not_found_error")
         view = _view(trajectory, handle) if trajectory is not None else {
@@ -191,8 +195,8 @@ def create_app(
             raise _ApiError(404, f"no live session {session_id} (read ended ones at /v1/sessions/{session_id})",
                            "not_found_error")
         last = request.headers.get("last-event-id", "")
-        start = int(last) + 1 if last.isdigit() else 0
-        return EventSourceResponse(_sse(handle, start=start, cancel_on_exit=False), ping=SSE_PING_S)
+        start = int(last) + 1 if re.fullmatch(r"[0-9]{1,9}", last) else 0  # anything else: from the start
+        return EventSourceResponse(_sse(handle, start=start), ping=SSE_PING_S)
 
     @app.delete("/v1/sessions/{session_id}")
     async def cancel(session_id: str) -> JSONResponse:
@@ -208,27 +212,26 @@ def create_app(
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "venus-edge"}]}
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(body: _ChatBody) -> Any:
+    async def chat(body: _ChatBody, request: Request) -> Any:
         question = _last_user_text(body.messages)
         handle = _submit(service, SessionRequest(question, body.max_turns, body.time_limit_s))
         if body.stream:
-            return EventSourceResponse(_chat_chunks(handle, name), ping=SSE_PING_S)
-        try:
-            async for _ in handle.stream():
-                pass
-        finally:
-            if not handle.finished:  # the client went away while waiting
-                service.cancel(handle.session_id)
+            return EventSourceResponse(_chat_chunks(handle, name, service.cancel), ping=SSE_PING_S)
+        if not await _ended_unless_gone(handle, request):
+            service.cancel(handle.session_id)  # the client left: stop the research nobody will read
+            return Response(status_code=499)
         return _chat_completion(handle, name)
 
-    if cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "DELETE"],
-                           allow_headers=["Authorization", "Content-Type", "Last-Event-ID"])
+    # Added last = outermost: errors of the body limit and the key check carry CORS headers too.
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     if api_key:
         app.add_middleware(_BearerAuth, api_key=api_key)
     if allowed_hosts is not None:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+                           expose_headers=["Retry-After", "X-Session-Id"])
     return app
 
 
@@ -259,17 +262,36 @@ def _links(handle: SessionHandle) -> dict[str, str]:
     return {"session_id": handle.session_id, "session_url": base, "events_url": f"{base}/events"}
 
 
-async def _sse(handle: SessionHandle, *, start: int = 0, cancel_on_exit: bool) -> AsyncIterator[dict[str, Any]]:
-    """The session's events as SSE messages; when the client leaves first and ``cancel_on_exit``, the session
-    is cancelled (its decode stops at the next token)."""
+async def _sse(handle: SessionHandle, *, start: int = 0,
+               cancel: Callable[[str], bool] | None = None) -> AsyncIterator[dict[str, Any]]:
+    """The session's events as SSE messages (``id`` is the event's index); when the client leaves first and
+    ``cancel`` is given, the session is cancelled with it (taken off the queue, or its decode stopped)."""
     index = start
     try:
         async for event in handle.stream(start=start):
             yield {"event": event["type"], "id": str(index), "data": json.dumps(event, ensure_ascii=False)}
             index += 1
     finally:
-        if cancel_on_exit and not handle.finished:
-            handle.cancel.set()
+        if cancel is not None and not handle.finished:
+            cancel(handle.session_id)
+
+
+async def _ended_unless_gone(handle: SessionHandle, request: Request, poll_s: float = 0.5) -> bool:
+    """Wait for the session to end: True; False as soon as the client has disconnected (checked every
+    ``poll_s`` seconds: a plain handler is not cancelled when its client leaves)."""
+    loop = asyncio.get_running_loop()
+    ended = asyncio.Event()
+    stop = handle.follow(lambda event: event is None and loop.call_soon_threadsafe(ended.set))
+    try:
+        while not ended.is_set():
+            try:
+                await asyncio.wait_for(ended.wait(), timeout=poll_s)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    return False
+        return True
+    finally:
+        stop()
 
 
 def _iso(timestamp: float) -> str:
@@ -360,7 +382,7 @@ def _chat_completion(handle: SessionHandle, model: str) -> dict[str, Any]:
     }
 
 
-async def _chat_chunks(handle: SessionHandle, model: str) -> AsyncIterator[str]:
+async def _chat_chunks(handle: SessionHandle, model: str, cancel: Callable[[str], bool]) -> AsyncIterator[str]:
     """OpenAI ``chat.completion.chunk`` stream: role, reasoning deltas, the answer, finish, usage, ``[DONE]``."""
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
         return json.dumps({"id": f"chatcmpl-{handle.session_id}", "object": "chat.completion.chunk",
@@ -383,7 +405,7 @@ async def _chat_chunks(handle: SessionHandle, model: str) -> AsyncIterator[str]:
         yield "[DONE]"
     finally:
         if not handle.finished:
-            handle.cancel.set()
+            cancel(handle.session_id)
 
 
 class _ServiceCollector:
@@ -400,28 +422,29 @@ class _ServiceCollector:
         yield queue
         finished = CounterMetricFamily("venus_edge_sessions_finished", "sessions ended, by termination",
                                        labels=["termination"])
-        for key, count in sorted(service.counters.items()):
+        counters, figures = service.snapshot()
+        for key, count in sorted(counters.items()):
             if key.startswith("finished:"):
                 finished.add_metric([key.split(":", 1)[1]], count)
         yield finished
-        yield CounterMetricFamily("venus_edge_sessions_submitted", "sessions accepted",
-                                  value=service.counters["submitted"])
-        yield CounterMetricFamily("venus_edge_turns", "model turns completed", value=service.counters["turns"])
-        figures = service.figures
+        yield CounterMetricFamily("venus_edge_sessions_submitted", "sessions accepted", value=counters.get("submitted", 0))
+        yield CounterMetricFamily("venus_edge_turns", "model turns completed", value=counters.get("turns", 0))
         for name, help_text in (("tokens_decoded", "tokens sampled"),
                                 ("prompt_tokens_evaluated", "prompt tokens prefilled"),
                                 ("prompt_tokens_reused", "prompt tokens reused from the KV cache"),
                                 ("decode_s", "seconds decoding"), ("prefill_s", "seconds prefilling")):
             unit = name.removesuffix("_s") + "_seconds" if name.endswith("_s") else name
-            yield CounterMetricFamily(f"venus_edge_{unit}", help_text, value=figures[name])
+            yield CounterMetricFamily(f"venus_edge_{unit}", help_text, value=figures.get(name, 0.0))
+        decoded, decode_s = figures.get("tokens_decoded", 0.0), figures.get("decode_s", 0.0)
         decode_rate = GaugeMetricFamily("venus_edge_decode_tokens_per_second",
                                         "tokens decoded per decode second, since start")
-        decode_rate.add_metric([], figures["tokens_decoded"] / figures["decode_s"] if figures["decode_s"] else 0.0)
+        decode_rate.add_metric([], decoded / decode_s if decode_s else 0.0)
         yield decode_rate
-        prompt = figures["prompt_tokens_evaluated"] + figures["prompt_tokens_reused"]
+        reused = figures.get("prompt_tokens_reused", 0.0)
+        prompt = figures.get("prompt_tokens_evaluated", 0.0) + reused
         reuse = GaugeMetricFamily("venus_edge_prefill_reuse_ratio",
                                   "share of prompt tokens served from the KV cache, since start")
-        reuse.add_metric([], figures["prompt_tokens_reused"] / prompt if prompt else 0.0)
+        reuse.add_metric([], reused / prompt if prompt else 0.0)
         yield reuse
 
 

@@ -77,6 +77,17 @@ def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
                      help="research sessions that may wait for the model; more are refused (default 8)")
 
 
+def _loopback_hosts(host: str) -> list[str] | None:
+    """The Host headers a server bound to ``host`` answers: loopback names and ``host`` itself; None (any) off
+    loopback, where the API key guards it."""
+    from venus_edge.server.app import LOOPBACK_HOSTS
+
+    if not is_loopback(host):
+        return None
+    bare = host.strip("[]")
+    return [*LOOPBACK_HOSTS, bare, f"[{bare}]"]
+
+
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``venus-edge serve`` (or ``mcp``: ``venus_edge.server.mcp.run_mcp``): load the model and tools, serve until
     interrupted; the exit code."""
@@ -86,7 +97,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return run_mcp(args, parser)
     import uvicorn
 
-    from venus_edge.server.app import LOOPBACK_HOSTS, create_app
+    from venus_edge.server.app import create_app
     from venus_edge.server.service import ResearchService
 
     if not is_loopback(args.host) and not args.server_api_key:
@@ -101,7 +112,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         service = ResearchService(engines, session.tools, session.config, journal_path=journal,
                                   max_queue=args.max_queue, max_question_chars=args.max_question_chars)
         app = create_app(service, api_key=args.server_api_key, cors_origins=args.cors_origin,
-                         max_body_bytes=args.max_body, allowed_hosts=LOOPBACK_HOSTS if is_loopback(args.host) else None)
+                         max_body_bytes=args.max_body, allowed_hosts=_loopback_hosts(args.host))
         access = "API key required" if args.server_api_key else "loopback only, no API key"
         print(f"venus-edge serve: http://{args.host}:{args.port}/ ({access}; {len(engines)} session(s) at once, "
               f"{args.max_queue} may wait; journal {journal})", file=sys.stderr, flush=True)

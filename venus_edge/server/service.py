@@ -110,14 +110,17 @@ class SessionHandle:
 
     def follow(self, listener: Callable[[dict[str, Any] | None], None], *, start: int = 0) -> Callable[[], None]:
         """Call ``listener`` with each event from index ``start`` (past ones at once, on this thread), then with
-        each new one as it happens (on the worker thread), then with None when the session has ended. Returns a
-        function that stops the calls. The listener must not block: hand the event to a queue."""
+        each new one as it happens (on the worker thread), then with None when the session has ended: the n-th
+        call is always event ``start + n``, also when ``start`` is beyond the events so far. Returns a function
+        that stops the calls. The listener must not block: hand the event to a queue."""
         with self._lock:
             for event in self.events[start:]:
                 listener(event)
             if self.finished:
                 listener(None)
                 return lambda: None
+            if start > len(self.events):
+                listener = _from_index(listener, start, len(self.events))
             self._listeners.append(listener)
 
         def stop() -> None:
@@ -153,6 +156,18 @@ class SessionHandle:
                 logger.debug("a listener of session %s failed", self.session_id, exc_info=True)
 
 
+def _from_index(listener: Callable[[dict[str, Any] | None], None], start: int,
+                next_index: int) -> Callable[[dict[str, Any] | None], None]:
+    """``listener`` called only from the event of index ``start`` on (the end, None, always passes)."""
+    position = [next_index]
+
+    def skipping(event: dict[str, Any] | None) -> None:
+        if event is None or position[0] >= start:
+            listener(event)
+        position[0] += 1
+    return skipping
+
+
 class ResearchService:
     """Research sessions over one loaded model and one set of tools.
 
@@ -165,6 +180,8 @@ class ResearchService:
         journal_path: the JSONL journal every session is written to (``venus_edge.trajectory``).
         max_queue: sessions that may wait for a worker; one more gets ``QueueFullError``.
         max_question_chars: longest question accepted, in characters.
+        keep_finished: ended sessions kept in memory with their events (``get``, live replay); older ones are
+            read from the journal only.
 
     The service owns neither the engines nor the tools: close them after ``close()``.
     """
@@ -178,6 +195,7 @@ class ResearchService:
         journal_path: str | Path,
         max_queue: int = 8,
         max_question_chars: int = 4_000,
+        keep_finished: int = 64,
     ) -> None:
         if not engines:
             raise ValueError("the service needs at least one engine")
@@ -189,6 +207,9 @@ class ResearchService:
         self.journal_path = Path(journal_path)
         self.max_queue = max_queue
         self.max_question_chars = max_question_chars
+        self.keep_finished = keep_finished
+        self._finished: collections.deque[str] = collections.deque()
+        self._history: tuple[tuple[int, int], list[Trajectory]] | None = None  # (size, mtime_ns) -> sessions
         self.agents = [Agent(engine, self.tools, config=config, trajectory_path=self.journal_path)
                        for engine in self.engines]
         self.sessions: dict[str, SessionHandle] = {}
@@ -256,7 +277,8 @@ class ResearchService:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the research service is closed")
-            if len(self._waiting) >= self.max_queue and self._running >= len(self.agents):
+            idle = max(0, len(self.agents) - self._running)  # workers about to take a waiting session
+            if len(self._waiting) - idle >= self.max_queue:
                 raise QueueFullError(len(self._waiting), self._retry_after())
             handle = SessionHandle(uuid.uuid4().hex, request.question, config)
             self.sessions[handle.session_id] = handle
@@ -285,14 +307,27 @@ class ResearchService:
         return True
 
     def journal(self, session_id: str) -> Trajectory | None:
-        """The session as the journal holds it (ended, running, or from an earlier run of the server), or None."""
-        if not self.journal_path.exists():
-            return None
-        return next((t for t in read_journal(self.journal_path).trajectories if t.session_id == session_id), None)
+        """The session as the journal holds it (ended, running, or from an earlier run of the server), or None.
+        Reads the file (``history``): call it off the event loop."""
+        return next((t for t in self.history() if t.session_id == session_id), None)
 
     def history(self) -> list[Trajectory]:
-        """Every session in the journal, oldest first."""
-        return read_journal(self.journal_path).trajectories if self.journal_path.exists() else []
+        """Every session in the journal, oldest first; read again only when the file changed. Reads the file:
+        call it off the event loop."""
+        try:
+            stat = self.journal_path.stat()
+        except FileNotFoundError:
+            return []
+        key = (stat.st_size, stat.st_mtime_ns)
+        cached = self._history
+        if cached is None or cached[0] != key:
+            cached = self._history = (key, read_journal(self.journal_path).trajectories)
+        return cached[1]
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, float]]:
+        """Copies of the counters and figures (``/metrics``), taken under the lock the workers update them with."""
+        with self._lock:
+            return dict(self.counters), dict(self.figures)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Cancel every session, queued or running, and stop the workers (waiting at most ``timeout_s``)."""
@@ -327,16 +362,18 @@ class ResearchService:
                 self._running += 1
             try:
                 self._run(agent, handle)
+            except BaseException:  # _run reports its session's failures; this keeps the worker alive regardless
+                logger.exception("research worker failed on session %s", handle.session_id)
             finally:
                 with self._lock:
                     self._running -= 1
 
     def _run(self, agent: Agent, handle: SessionHandle) -> None:
         started = time.monotonic()
-        session = Agent(agent.engine, self.tools, config=handle.config, trajectory_path=self.journal_path)
-        stream = session.events(handle.question, cancel=handle.cancel, session_id=handle.session_id)
         termination = "error"
         try:
+            session = Agent(agent.engine, self.tools, config=handle.config, trajectory_path=self.journal_path)
+            stream = session.events(handle.question, cancel=handle.cancel, session_id=handle.session_id)
             for event in stream:
                 self._observe(event)
                 if isinstance(event, SessionFinished):
@@ -346,7 +383,8 @@ class ResearchService:
             termination = "token_limit_no_answer" if isinstance(exc, ContextOverflowError) else "error"
             if not isinstance(exc, VenusEdgeError):
                 logger.exception("research session %s failed", handle.session_id)
-            handle._publish(ErrorRaised(0, "server", f"{type(exc).__name__}: {exc}").to_dict())
+            if not isinstance(exc, ContextOverflowError):  # the agent reported that one already
+                handle._publish(ErrorRaised(0, "server", f"{type(exc).__name__}: {exc}").to_dict())
             handle._publish(SessionFinished(termination, None, [], 0, round(time.monotonic() - started, 3),
                                             session_id=handle.session_id).to_dict())
         finally:
@@ -354,14 +392,23 @@ class ResearchService:
             with self._lock:
                 self._session_seconds = (self._session_seconds + [time.monotonic() - started])[-20:]
                 self.counters[f"finished:{termination}"] += 1
+                self._forget_old(handle)
             handle._publish(None)
 
     def _finish_unrun(self, handle: SessionHandle) -> None:
         handle.state = "finished"
         with self._lock:
             self.counters[f"finished:{CANCELLED}"] += 1
+            self._forget_old(handle)
         handle._publish(SessionFinished(CANCELLED, None, [], 0, 0.0, session_id=handle.session_id).to_dict())
         handle._publish(None)
+
+    def _forget_old(self, handle: SessionHandle) -> None:
+        """Keep the last ``keep_finished`` ended sessions in memory (their events are per token); the journal
+        keeps them all. Called with the lock held."""
+        self._finished.append(handle.session_id)
+        while len(self._finished) > self.keep_finished:
+            self.sessions.pop(self._finished.popleft(), None)
 
     def _observe(self, event: Event) -> None:
         """Keep the server's running figures (``/metrics``)."""
