@@ -22,11 +22,11 @@ def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
 
 # Modules used as namespaces of their own (``from venus_edge import protocol``), not re-exported by the package.
 NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.session", "venus_edge.testing", "venus_edge.eval.cli",
-                     "venus_edge.quantize.cli", "venus_edge.train.cli", "venus_edge.server.cli"}
+                     "venus_edge.quantize.cli", "venus_edge.train.cli", "venus_edge.server.cli", "venus_edge.bench.cli"}
 # Names exported across packages: the tool interface at the top level.
 CROSS_EXPORTS = {"venus_edge": {"Tool", "ToolError", "ToolResult"}}
 PACKAGES = ["venus_edge", "venus_edge.context", "venus_edge.eval", "venus_edge.protocol", "venus_edge.tools",
-            "venus_edge.quantize", "venus_edge.train", "venus_edge.server"]
+            "venus_edge.quantize", "venus_edge.train", "venus_edge.server", "venus_edge.bench"]
 
 
 def _modules(package_name: str) -> list[ModuleType]:

@@ -9,6 +9,7 @@
     venus-edge train clean IN... --out OUT.jsonl [--resample] [--keep-correct]
     venus-edge serve [--model M] [--corpus DIR] [--host 127.0.0.1] [--port 8765] [--api-key KEY]
     venus-edge mcp [--model M] [--corpus DIR] [--transport stdio|http]
+    venus-edge bench MODEL... [--n-ctx N] [--kv f16,q8_0] [--threads N,...] [--reference F16.gguf] [--out DIR]
 
 Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error.
 """
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quantize_commands(commands)
     _add_train_command(commands)
     _add_server_commands(commands)
+    from venus_edge.bench.cli import add_command as add_bench_command
+
+    add_bench_command(commands)
     return parser
 
 
@@ -155,6 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from venus_edge.quantize.cli import run as run_quantize
 
             return run_quantize(args)
+        if args.command == "bench":
+            from venus_edge.bench.cli import run as run_bench
+
+            return run_bench(args, parser)
         if args.command in ("serve", "mcp"):
             from venus_edge.server.cli import run as run_server
 

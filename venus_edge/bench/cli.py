@@ -1,0 +1,120 @@
+"""``venus-edge bench``: how fast and how big each GGUF runs here, beside llama.cpp's own figures.
+
+    venus-edge bench MODEL... [--n-ctx N] [--kv f16,q8_0] [--threads 2,4] [--prompt-lengths 128,512,2048]
+                     [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--session FILE | --no-session]
+                     [--reference F16.gguf] [--out DIR] [--no-plot]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_command", "run"]
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 0, got {text!r}")
+    return values
+
+
+def _kv_types(text: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [v for v in values if v not in ("f16", "q8_0", "q4_0")]
+    if not values or unknown:
+        raise argparse.ArgumentTypeError(f"KV types are f16, q8_0, q4_0; got {text!r}")
+    return values
+
+
+def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``bench`` (its parser imports nothing heavy)."""
+    bench = commands.add_parser("bench", help="measure load, memory, prefill, decode, a session and quality of GGUFs")
+    bench.add_argument("models", nargs="+", metavar="MODEL", help="GGUF files (e.g. Q8_0, Q6_K, Q4_K_M of one "
+                                                                  "checkpoint) or hub repos owner/name[:file.gguf]")
+    bench.add_argument("--n-ctx", type=int, default=8192, metavar="N",
+                       help="context window (default 8192: the shipped session's last turn needs ~5K tokens)")
+    bench.add_argument("--kv", type=_kv_types, default=("f16",), metavar="TYPES",
+                       help="KV-cache types to measure, comma-separated: f16,q8_0,q4_0 (default f16)")
+    bench.add_argument("--threads", type=_ints, default=None, metavar="N,...",
+                       help="thread counts to measure, comma-separated (default: the physical cores)")
+    bench.add_argument("--prompt-lengths", type=_ints, default=(128, 512, 2048), metavar="N,...",
+                       help="prefill test prompt lengths in tokens (default 128,512,2048)")
+    bench.add_argument("--depths", type=_ints, default=(0, 2048, 6144), metavar="N,...",
+                       help="decode test context depths in tokens (default 0,2048,6144)")
+    bench.add_argument("--decode-tokens", type=int, default=64, metavar="N", help="tokens per decode test (default 64)")
+    bench.add_argument("--repeats", type=int, default=2, metavar="N", help="runs per test, best kept (default 2)")
+    bench.add_argument("--session", type=Path, default=None, metavar="FILE",
+                       help="a journal (research --out) whose longest session is replayed (default: the shipped one)")
+    bench.add_argument("--no-session", action="store_true", help="do not replay a session")
+    bench.add_argument("--reference", type=Path, default=None, metavar="GGUF",
+                       help="the unquantized file quality is measured against (default: the F16/F32/BF16 file "
+                            "among MODEL..., when they are one checkpoint)")
+    bench.add_argument("--no-llama-bench", action="store_true", help="skip the llama-bench anchor")
+    bench.add_argument("--out", type=Path, default=Path("runs/bench"), metavar="DIR",
+                       help="report.md, report.json and plots go here (default runs/bench)")
+    bench.add_argument("--no-plot", action="store_true", help="do not write the PNG plots")
+    bench.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``venus-edge bench``; the exit code (0, or 2 for bad flags)."""
+    from venus_edge.bench import measure
+    from venus_edge.bench.run import STAGES, pick_reference, run_bench
+    from venus_edge.engine import physical_cores
+    from venus_edge.models import resolve_model
+
+    if args.decode_tokens < 2 or args.repeats < 1 or args.n_ctx < 256:
+        parser.error("--decode-tokens must be >= 2, --repeats >= 1 and --n-ctx >= 256")
+    models = [resolve_model(model) for model in args.models]
+    try:
+        configs = [measure.BenchConfig(model, kv_type=kv, threads=threads, n_ctx=args.n_ctx,
+                                       prompt_lengths=args.prompt_lengths, depths=args.depths,
+                                       decode_tokens=args.decode_tokens, repeats=args.repeats,
+                                       llama_bench=not args.no_llama_bench)
+                   for model in models for kv in args.kv for threads in (args.threads or (physical_cores(),))]
+    except ValueError as exc:
+        parser.error(str(exc))
+    session = None if args.no_session else measure.load_session(args.session or measure.shipped_session_path())
+    reference = args.reference or pick_reference(models)
+    with _progress_bar(len(configs) * len(STAGES), quiet=args.quiet) as advance:
+        report = run_bench(configs, session=session, reference=reference,
+                           progress=lambda config, stage: advance(f"{config.name}: {stage}"))
+    written = report.write(args.out, plots=not args.no_plot)
+    print(report.markdown())
+    print("written: " + ", ".join(str(path) for path in written), file=sys.stderr)
+    return 0
+
+
+class _progress_bar:
+    """A rich progress bar on stderr advanced once per stage (nothing when quiet or rich is missing)."""
+
+    def __init__(self, total: int, *, quiet: bool) -> None:
+        self.total, self.quiet, self.bar, self.task = total, quiet, None, None
+
+    def __enter__(self) -> Any:
+        if not self.quiet:
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError:
+                pass
+            else:
+                self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                    TimeElapsedColumn(), transient=True)
+                self.bar.start()
+                self.task = self.bar.add_task("bench", total=self.total)
+        return self.advance
+
+    def advance(self, description: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=description)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

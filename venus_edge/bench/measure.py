@@ -1,0 +1,390 @@
+"""The measurements of ``venus-edge bench``: one GGUF at one KV-cache type and thread count, beside its anchors.
+
+For each configuration (``BenchConfig``), in this process, one after the other:
+
+- load: seconds to load ``LlamaCppEngine``; resident memory as the planner splits it (weights, KV cache, compute
+  buffers; ``venus_edge.context.MemoryPlan``) and as measured (VmRSS growth over the load and after use);
+- prefill tokens/s at several prompt lengths (fresh prompts, nothing reused from the KV cache);
+- time to first token of a DR-Venus first turn (the system prompt with the search and visit schemas and a
+  question, as a session starts without the prompt cache);
+- decode tokens/s at several context depths (greedy, ``decode_tokens`` new tokens after a prompt of that depth);
+- the same decode through raw llama-cpp-python (``Llama.generate``, same file, threads, KV type, prompt and
+  sampler) and through llama.cpp's ``llama-bench`` (``-n`` at ``-d`` depths; random tokens, no sampler);
+- one recorded agent session replayed turn by turn (``replay_session``): each turn's prompt is the recorded
+  conversation so far, decoded greedily for as many tokens as the recorded turn (capped), so every
+  configuration does the same work: seconds per turn, prompt tokens evaluated against reused.
+
+``memory_bandwidth`` measures the machine's copy bandwidth; ``bandwidth_limit`` turns it into the decode speed
+that bandwidth allows (every weight byte and the KV cache up to the depth read once per token).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from venus_edge import protocol
+from venus_edge.context.header import read_model_header
+from venus_edge.context.plan import KVType, kv_bytes_per_token
+from venus_edge.engine import LlamaCppEngine, SamplingParams, physical_cores
+from venus_edge.tools.search import SEARCH_SCHEMA
+from venus_edge.tools.visit import VISIT_SCHEMA
+from venus_edge.trajectory import Trajectory, read_journal
+
+__all__ = ["BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token", "llama_bench_path", "load_session",
+           "measure_config", "memory_bandwidth", "replay_session", "shipped_session_path"]
+
+GREEDY_DECODE = dict(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
+#: A text small models continue for a long time: decode figures need the model not to stop early.
+COUNTING_PROMPT = "<|im_start|>user\nCount from 1 to 1000, separated by commas.<|im_end|>\n<|im_start|>assistant\n1, 2, 3,"
+FILLER = ("The lighthouse keeper wrote the weather into the log every hour: wind, sea state, visibility and the "
+          "ships that passed the point. ")
+FIRST_TURN_QUESTION = "Which pickle protocol does Python 3.11 use by default, and since which version?"
+#: Turns of the replayed session decode at most this many tokens each (the recorded turn may be longer).
+REPLAY_MAX_TOKENS = 256
+
+
+def shipped_session_path() -> Path:
+    """The recorded session shipped with the package: a DR-Venus-protocol research on the Python docs (Qwen2.5-
+    Coder-0.5B, ``--strict --min-tool-calls 2``, extractive visits), as ``venus-edge research --out`` writes it."""
+    return Path(__file__).with_name("data") / "session.jsonl"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One configuration to measure.
+
+    Attributes:
+        model: the GGUF file.
+        kv_type: KV-cache type (``f16``, ``q8_0``, ``q4_0``; a quantized V cache turns flash attention on).
+        threads: llama.cpp threads (default: the physical cores).
+        n_ctx: the context window, tokens.
+        prompt_lengths: prompt lengths of the prefill test, tokens (each < n_ctx).
+        depths: context depths of the decode test, tokens.
+        decode_tokens: new tokens per decode test.
+        repeats: runs per test; the best is kept (the figure least disturbed by other load).
+        llama_bench: also run ``llama-bench`` when it is built.
+    """
+
+    model: Path
+    kv_type: KVType = "f16"
+    threads: int = field(default_factory=physical_cores)
+    n_ctx: int = 8192
+    prompt_lengths: tuple[int, ...] = (128, 512, 2048)
+    depths: tuple[int, ...] = (0, 2048, 6144)
+    decode_tokens: int = 64
+    repeats: int = 2
+    llama_bench: bool = True
+
+    def __post_init__(self) -> None:
+        longest = max([*self.prompt_lengths, *(d + self.decode_tokens + 64 for d in self.depths)])
+        if longest > self.n_ctx:
+            raise ValueError(f"prompt lengths and depths + decode tokens must fit in n_ctx {self.n_ctx}; the longest "
+                             f"test needs {longest} tokens: raise --n-ctx or lower --prompt-lengths/--depths")
+
+    @property
+    def name(self) -> str:
+        return f"{self.model.name} kv={self.kv_type} t={self.threads}"
+
+
+@dataclass
+class ConfigResult:
+    """What ``measure_config`` measured for one ``BenchConfig``. Times in seconds, sizes in bytes, speeds in
+    tokens/s; per-length and per-depth figures are dicts keyed by the length or depth (as strings in JSON).
+
+    Attributes:
+        config: the configuration, as a dict.
+        model: name, file type, parameters, file size and weight (tensor data) bytes of the model.
+        load_s: engine load time.
+        memory: planned ``weights``, ``kv``, ``compute`` bytes and measured ``rss_loaded`` (VmRSS growth over the
+            load) and ``rss_used`` (after all tests: the weights are paged in by then).
+        prefill: tokens/s per prompt length.
+        ttft_s: time to first token of a DR-Venus first turn of ``ttft_prompt_tokens`` tokens.
+        decode: tokens/s per depth (ours); ``decode_tokens``: tokens decoded per depth (fewer if the model ended).
+        raw_decode: the same through raw llama-cpp-python.
+        llama_bench: ``{"decode": {depth: tokens/s}, "prefill": {length: tokens/s}}`` from llama-bench, or None
+            when it is not built (``skipped`` says why).
+        session: ``replay_session``'s figures, or None.
+        quality: KL divergence and top-1 agreement against a reference file, or None.
+        skipped: what was not measured, and why.
+    """
+
+    config: dict[str, Any]
+    model: dict[str, Any]
+    load_s: float = 0.0
+    memory: dict[str, int] = field(default_factory=dict)
+    prefill: dict[int, float] = field(default_factory=dict)
+    ttft_s: float = 0.0
+    ttft_prompt_tokens: int = 0
+    decode: dict[int, float] = field(default_factory=dict)
+    decode_tokens: dict[int, int] = field(default_factory=dict)
+    raw_decode: dict[int, float] = field(default_factory=dict)
+    llama_bench: dict[str, dict[int, float]] | None = None
+    session: dict[str, Any] | None = None
+    quality: dict[str, Any] | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self), default=str))
+
+
+# ---------------------------------------------------------------------------------------------- the machine
+def _rss_bytes() -> int:
+    """This process's resident set (VmRSS), bytes."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def memory_bandwidth(*, size_bytes: int = 256 * 2**20, threads: int | None = None, repeats: int = 3) -> float:
+    """The machine's memory copy bandwidth, bytes/s: ``threads`` threads each copy their share of a buffer of
+    ``size_bytes`` (numpy releases the GIL while it copies), best of ``repeats``; each copied byte counts twice
+    (read and written), as STREAM's Copy does. A buffer far larger than the caches measures RAM, not cache.
+
+    Raises:
+        ValueError: ``size_bytes`` below 1 MiB.
+    """
+    if size_bytes < 2**20:
+        raise ValueError(f"size_bytes must be at least 1 MiB, got {size_bytes}")
+    threads = threads or physical_cores()
+    source = np.ones(size_bytes // 8, dtype=np.float64)
+    target = np.empty_like(source)
+    bounds = np.linspace(0, source.size, threads + 1, dtype=np.int64)
+
+    def copy(part: int) -> None:
+        np.copyto(target[bounds[part]: bounds[part + 1]], source[bounds[part]: bounds[part + 1]])
+
+    times = []
+    for _ in range(repeats + 1):
+        workers = [threading.Thread(target=copy, args=(part,)) for part in range(threads)]
+        start = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        times.append(time.perf_counter() - start)
+    return 2 * source.nbytes / min(times[1:])  # the first pass faults the target's pages in
+
+
+def bandwidth_limit(bandwidth: float, weights_bytes: int, kv_bytes_per_token_: int, depth: int) -> float:
+    """The decode tokens/s that ``bandwidth`` (bytes/s) allows when each token reads every weight byte and the KV
+    cache of ``depth`` tokens once: ``bandwidth / (weights + kv_per_token * depth)``. Decode on a CPU is
+    memory-bound, so a measured speed near this is near what the hardware can do."""
+    return bandwidth / (weights_bytes + kv_bytes_per_token_ * depth)
+
+
+# ---------------------------------------------------------------------------------------------- one config
+def _filler_ids(engine: LlamaCppEngine, n_tokens: int) -> list[int]:
+    unit = engine.tokenize(FILLER, parse_special=False)
+    return (unit * (n_tokens // len(unit) + 1))[:n_tokens]
+
+
+def _fresh_prompt(engine: LlamaCppEngine, body: list[int], salt: int) -> list[int]:
+    """``body`` behind a different first token each time, so that nothing is reused from the KV cache."""
+    first = engine.tokenize(f"{salt % 97} ", parse_special=False)[:1]
+    return first + body[: len(body) - 1]
+
+
+def _decode_prompt(engine: LlamaCppEngine, depth: int) -> list[int]:
+    tail = engine.tokenize(COUNTING_PROMPT)
+    return _filler_ids(engine, max(0, depth - len(tail))) + tail
+
+
+def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
+                   progress: Callable[[str], None] = lambda stage: None) -> ConfigResult:
+    """Measure one configuration (module docstring); ``progress`` is told each stage as it starts.
+
+    Raises:
+        ModelNotFoundError, ModelLoadError: the file is missing or llama.cpp refuses it.
+    """
+    header = read_model_header(config.model)
+    result = ConfigResult(config={**asdict(config), "model": str(config.model)}, model={
+        "name": config.model.name, "file_type": header.file_type, "n_params": header.n_params,
+        "file_bytes": config.model.stat().st_size, "weight_bytes": header.weight_bytes})
+    progress("load")
+    before = _rss_bytes()
+    start = time.perf_counter()
+    engine = LlamaCppEngine(config.model, n_ctx=config.n_ctx, n_threads=config.threads, kv_type=config.kv_type,
+                            helper_n_ctx=0)
+    try:
+        result.load_s = time.perf_counter() - start
+        plan = engine.memory_plan
+        result.memory = {"weights": plan.weights_bytes, "kv": plan.kv_bytes, "compute": plan.compute_bytes,
+                         "rss_loaded": _rss_bytes() - before}
+        progress("prefill")
+        salt = 0
+        for length in config.prompt_lengths:
+            speeds = []
+            for _ in range(config.repeats):
+                salt += 1
+                completion = engine.generate(_fresh_prompt(engine, _filler_ids(engine, length), salt),
+                                             sampling=SamplingParams(**GREEDY_DECODE, max_tokens=1))
+                assert completion.stats.prompt_tokens_reused == 0, "a prefill test reused the KV cache"
+                speeds.append(completion.stats.prefill_tokens_per_s)
+            result.prefill[length] = max(speeds)
+        progress("first turn")
+        first_turn = engine.tokenize(protocol.render_messages([
+            {"role": "system", "content": protocol.render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-12-01")},
+            {"role": "user", "content": FIRST_TURN_QUESTION}]))
+        ttfts = []
+        for _ in range(config.repeats):
+            salt += 1
+            engine.generate(_fresh_prompt(engine, _filler_ids(engine, 8), salt),
+                            sampling=SamplingParams(**GREEDY_DECODE, max_tokens=1))  # evict the first turn
+            completion = engine.generate(first_turn, sampling=SamplingParams(**GREEDY_DECODE, max_tokens=1))
+            ttfts.append(completion.stats.prefill_s)
+        result.ttft_s, result.ttft_prompt_tokens = min(ttfts), len(first_turn)
+        progress("decode")
+        decode_prompts = [(depth, _decode_prompt(engine, depth)) for depth in config.depths]
+        for depth, prompt in decode_prompts:
+            runs = [engine.generate(prompt, sampling=SamplingParams(**GREEDY_DECODE, max_tokens=config.decode_tokens))
+                    for _ in range(config.repeats)]
+            best = max(runs, key=lambda c: c.stats.decode_tokens_per_s)
+            result.decode[depth] = best.stats.decode_tokens_per_s
+            result.decode_tokens[depth] = best.stats.tokens_decoded
+        if session is not None:
+            progress("session")
+            result.session = replay_session(engine, session)
+        result.memory["rss_used"] = _rss_bytes() - before
+    finally:
+        engine.close()
+    progress("raw llama-cpp-python")
+    result.raw_decode = _raw_decode(config, decode_prompts)
+    progress("llama-bench")
+    result.llama_bench = _llama_bench(config, result.skipped)
+    return result
+
+
+def _raw_decode(config: BenchConfig, prompts: Sequence[tuple[int, list[int]]]) -> dict[int, float]:
+    """Decode tokens/s of ``Llama.generate`` consumed token by token (no text, no stop strings), same settings."""
+    import llama_cpp
+
+    quantized = config.kv_type in ("q8_0", "q4_0")
+    types = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+    llm = llama_cpp.Llama(str(config.model), n_ctx=config.n_ctx, n_threads=config.threads, n_batch=512,
+                          type_k=types[config.kv_type], type_v=types[config.kv_type], flash_attn=quantized,
+                          verbose=False)
+    speeds: dict[int, float] = {}
+    try:
+        for depth, prompt in prompts:
+            best = 0.0
+            for _ in range(config.repeats):
+                llm.reset()
+                count, first = 0, 0.0
+                for _token in llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+                    count += 1
+                    if count == 1:
+                        first = time.perf_counter()
+                    if count == config.decode_tokens or llm.token_eos() == _token:
+                        break
+                if count > 1:
+                    best = max(best, (count - 1) / (time.perf_counter() - first))
+            speeds[depth] = best
+    finally:
+        llm.close()
+    return speeds
+
+
+def llama_bench_path() -> Path | None:
+    """llama.cpp's ``llama-bench`` as ``scripts/build_llama_tools.sh`` builds it (``~/.cache/venus-edge/bin``), or
+    on PATH; None when neither has it."""
+    cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "venus-edge" / "bin" / "llama-bench"
+    if cached.is_file():
+        return cached
+    found = shutil.which("llama-bench")
+    return Path(found) if found else None
+
+
+def _llama_bench(config: BenchConfig, skipped: list[str]) -> dict[str, dict[int, float]] | None:
+    if not config.llama_bench:
+        return None
+    binary = llama_bench_path()
+    if binary is None:
+        skipped.append("llama-bench: not built (bash scripts/build_llama_tools.sh builds it)")
+        return None
+    quantized = config.kv_type in ("q8_0", "q4_0")
+    common = ["-m", str(config.model), "-t", str(config.threads), "-ctk", config.kv_type, "-ctv", config.kv_type,
+              "-fa", "on" if quantized else "off", "-r", str(config.repeats), "-o", "json"]
+    runs = {
+        "decode": ["-p", "0", "-n", str(config.decode_tokens), "-d", ",".join(map(str, config.depths))],
+        "prefill": ["-p", ",".join(map(str, config.prompt_lengths)), "-n", "0"],
+    }
+    figures: dict[str, dict[int, float]] = {}
+    for kind, arguments in runs.items():
+        done = subprocess.run([str(binary), *common, *arguments], capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0:
+            skipped.append(f"llama-bench {kind}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+            continue
+        rows = json.loads(done.stdout)
+        key = "n_depth" if kind == "decode" else "n_prompt"
+        figures[kind] = {int(row[key]): float(row["avg_ts"]) for row in rows}
+    return figures or None
+
+
+# ---------------------------------------------------------------------------------------------- a session
+def replay_session(engine: LlamaCppEngine, trajectory: Trajectory, *,
+                   max_tokens: int = REPLAY_MAX_TOKENS) -> dict[str, Any]:
+    """Replay a recorded session on ``engine``: for each assistant turn, the conversation before it (as recorded,
+    tool results included) is the prompt, decoded greedily for as many tokens as the recorded turn had (at most
+    ``max_tokens``); then the recorded turn, not the decoded one, joins the conversation. Each configuration does
+    the same work, and the KV cache is reused as in a live session (the prompt grows by the last turn and its
+    tool result).
+
+    Turns whose prompt no longer fits in the engine's ``n_ctx`` are not replayed (``turns_not_replayed``).
+
+    Returns:
+        ``{"session_id", "turns": [{"prompt_tokens", "evaluated", "reused", "decoded", "prefill_s", "decode_s",
+        "total_s"}], "turns_not_replayed", "total_s", "evaluated", "reused"}``.
+
+    Raises:
+        ValueError: the session has no assistant turn, or its first one does not fit in n_ctx.
+    """
+    messages = trajectory.messages
+    turns = []
+    recorded_turns = sum(message["role"] == "assistant" for message in messages)
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = engine.tokenize(protocol.render_messages(messages[:index]))
+        recorded = engine.tokenize(message["content"], parse_special=False)
+        budget = min(max_tokens, max(1, len(recorded)), engine.n_ctx - len(prompt) - 1)
+        if budget < 1:
+            break
+        stats = engine.generate(prompt, sampling=SamplingParams(**GREEDY_DECODE, max_tokens=budget)).stats
+        turns.append({"prompt_tokens": stats.prompt_tokens, "evaluated": stats.prompt_tokens_evaluated,
+                      "reused": stats.prompt_tokens_reused, "decoded": stats.tokens_decoded,
+                      "prefill_s": round(stats.prefill_s, 4), "decode_s": round(stats.decode_s, 4),
+                      "total_s": round(stats.prefill_s + stats.decode_s, 4)})
+    if not turns:
+        raise ValueError(f"session {trajectory.session_id} has no assistant turn that fits in n_ctx {engine.n_ctx}")
+    return {"session_id": trajectory.session_id, "turns": turns, "turns_not_replayed": recorded_turns - len(turns),
+            "total_s": round(sum(t["total_s"] for t in turns), 3),
+            "evaluated": sum(t["evaluated"] for t in turns), "reused": sum(t["reused"] for t in turns)}
+
+
+def load_session(path: Path) -> Trajectory:
+    """The longest session of a journal (``venus-edge research --out``).
+
+    Raises:
+        TrajectoryError: no such file; ValueError: no session in it.
+    """
+    sessions = read_journal(path).trajectories
+    if not sessions:
+        raise ValueError(f"{path} holds no session")
+    return max(sessions, key=lambda t: len(t.turns))
+
+
+def kv_per_token(model: Path, kv_type: str) -> int:
+    """KV-cache bytes one token takes (``venus_edge.context.plan.kv_bytes_per_token``)."""
+    return kv_bytes_per_token(read_model_header(model), kv_type)

@@ -1,0 +1,93 @@
+"""``run_bench``: measure every configuration, the machine's bandwidth and each quant's quality, into a report."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib.metadata import version
+from pathlib import Path
+from typing import Callable, Sequence
+
+from venus_edge import protocol
+from venus_edge.bench.measure import BenchConfig, ConfigResult, measure_config, memory_bandwidth
+from venus_edge.bench.report import BenchReport
+from venus_edge.context.header import read_model_header
+from venus_edge.engine import physical_cores
+from venus_edge.trajectory import Trajectory
+
+__all__ = ["pick_reference", "run_bench"]
+
+#: The stages ``measure_config`` reports, in order (for a progress bar).
+STAGES = ("load", "prefill", "first turn", "decode", "session", "raw llama-cpp-python", "llama-bench")
+UNQUANTIZED_TYPES = ("F32", "F16", "BF16")
+#: Tokens of agentic text the quality check compares (the logits of every position are kept: n_ctx x vocab floats).
+QUALITY_TOKENS = 512
+
+
+def pick_reference(models: Sequence[Path]) -> Path | None:
+    """The unquantized file (F32, F16 or BF16) among ``models``, the reference of the quality check; None when
+    there is none or they are not one checkpoint (different parameter counts)."""
+    headers = {model: read_model_header(model) for model in models}
+    if len({h.n_params for h in headers.values()}) != 1:
+        return None
+    return next((m for m, h in headers.items() if (h.file_type or "").upper() in UNQUANTIZED_TYPES), None)
+
+
+def run_bench(
+    configs: Sequence[BenchConfig],
+    *,
+    session: Trajectory | None = None,
+    reference: Path | None = None,
+    measure_bandwidth: bool = True,
+    progress: Callable[[BenchConfig, str], None] = lambda config, stage: None,
+) -> BenchReport:
+    """Measure each configuration (``measure_config``), the copy bandwidth, and, with a ``reference``, each other
+    model's KL divergence and top-1 agreement against it on the session's text (agentic text: the DR-Venus
+    system prompt, tool calls and tool results) or a fixed text without a session.
+
+    Raises:
+        ValueError: no configuration.
+    """
+    if not configs:
+        raise ValueError("give at least one model")
+    results: list[ConfigResult] = []
+    for config in configs:
+        results.append(measure_config(config, session=session, progress=lambda stage: progress(config, stage)))
+    if reference is not None:
+        _add_quality(results, reference, session)
+    bandwidth = memory_bandwidth(threads=max(c.threads for c in configs)) if measure_bandwidth else 0.0
+    machine = {"cpu": _cpu_name(), "cores": physical_cores(), "logical_cpus": os.cpu_count(),
+               "python": platform.python_version(), "llama_cpp_python": version("llama_cpp_python")}
+    return BenchReport(results, bandwidth, machine, str(reference) if reference else None)
+
+
+def _add_quality(results: list[ConfigResult], reference: Path, session: Trajectory | None) -> None:
+    try:
+        from venus_edge.quantize.evaluate import CALIBRATION_TEXT, compare_quant
+    except ImportError:  # the quantize package is not installed
+        for result in results:
+            result.skipped.append("quality: needs venus_edge.quantize")
+        return
+    text = protocol.render_messages(session.messages, add_generation_prompt=False) if session else CALIBRATION_TEXT
+    measured: dict[str, dict[str, float]] = {}
+    for result in results:
+        model = result.config["model"]
+        if Path(model).resolve() == reference.resolve():
+            result.quality = {"reference": True}
+            continue
+        if model not in measured:
+            comparison = compare_quant(model, reference, text, n_ctx=QUALITY_TOKENS)
+            measured[model] = {"mean_kl": comparison.mean_kl, "top1_agreement": comparison.top1_agreement,
+                               "ppl_ratio": comparison.ppl_ratio, "n_tokens": comparison.n_tokens}
+        result.quality = measured[model]
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
