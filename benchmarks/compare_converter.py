@@ -1,12 +1,14 @@
 """Our converter against llama.cpp's reference converter on the same tiny Qwen3 checkpoint.
 
-Run: ``.venv/bin/python benchmarks/compare_converter.py [--out-type f16] [--hidden-size 256 --layers 2]``
+Run: ``.venv/bin/python benchmarks/compare_converter.py [--out-type f16] [--hidden-size 256 --layers 2]
+[--source-dtype bfloat16]``; ``benchmarks/bench_converter_rss.py`` runs it on two larger checkpoints.
 
 Builds the checkpoint, extracts ``vendor/llama.cpp/convert_hf_to_gguf.py``, ``conversion/`` and ``gguf-py/``
 from the llama-cpp-python source package into a temporary folder (never into the repository), runs both
 converters in subprocesses, and compares the two files: tensor names, types, shapes and bytes; token list,
 token types and merges; other metadata keys. Each converter runs under a small wrapper process whose
-``resource.getrusage(RUSAGE_CHILDREN)`` gives the converter's peak RSS; wall time is measured around it.
+``resource.getrusage(RUSAGE_CHILDREN)`` gives the converter's peak RSS (a fresh wrapper, because Linux carries a
+process's peak over fork + exec, and this process has held the whole checkpoint); wall time is measured around it.
 
 The reference converter needs torch, transformers and sentencepiece (it imports sentencepiece before it
 looks for a sentencepiece model). Exit code 0 when the files are identical in all compared parts, 1 otherwise.
@@ -126,10 +128,44 @@ def identical(diff: dict) -> bool:
         and diff["token_list_same"] and diff["token_types_same"] and diff["merges_same"]
 
 
+def compare(config: Qwen3Config, out_type: str, *, sdist: Path = DEFAULT_SDIST, source_dtype: str = "float32",
+            workdir: Path | None = None) -> dict:
+    """Write the checkpoint, run both converters on it, and compare their files.
+
+    Args:
+        config: the checkpoint's shape (random weights, seed 0, real Qwen tokenizer).
+        out_type: "f32", "f16" or "bf16".
+        sdist: the llama-cpp-python source package holding the reference converter.
+        source_dtype: the checkpoint's dtype, "float32", "float16" or "bfloat16".
+        workdir: folder for the checkpoint and both outputs (a temporary folder, removed after, when None).
+    Returns:
+        {"checkpoint", "source_dtype", "out_type", "ours", "reference" (each {"wall_s", "peak_rss_bytes", "rc"}),
+        "wall_ratio", "peak_rss_ratio" (ours / reference), "identical", "diff" (see `compare_files`)}.
+    """
+    with tempfile.TemporaryDirectory(prefix="compare-converter-", dir=workdir) as tmp:
+        tmp = Path(tmp)
+        checkpoint = write_tiny_qwen3(tmp / "checkpoint", config=config, seed=0, dtype=source_dtype)
+        llama_dir = extract_reference(sdist, tmp / "ref")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(llama_dir / "gguf-py"), os.environ.get("PYTHONPATH", "")])}
+        reference_out, ours_out = tmp / "reference.gguf", tmp / "ours.gguf"
+        reference = run_measured([sys.executable, str(llama_dir / "convert_hf_to_gguf.py"), "--outtype", out_type,
+                                  "--outfile", str(reference_out), str(checkpoint)], env=env)
+        ours = run_measured([sys.executable, "-c", _OURS, str(checkpoint), str(ours_out), out_type])
+        diff = compare_files(ours_out, reference_out)
+    return {
+        "checkpoint": dataclasses.asdict(config), "source_dtype": source_dtype, "out_type": out_type,
+        "ours": ours, "reference": reference,
+        "wall_ratio": ours["wall_s"] / reference["wall_s"],
+        "peak_rss_ratio": ours["peak_rss_bytes"] / reference["peak_rss_bytes"],
+        "identical": identical(diff), "diff": diff,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sdist", type=Path, default=DEFAULT_SDIST, help="llama-cpp-python source package (.tar.gz)")
     parser.add_argument("--out-type", default="f16", choices=["f32", "f16", "bf16"])
+    parser.add_argument("--source-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--intermediate-size", type=int, default=512)
     parser.add_argument("--layers", type=int, default=2)
@@ -139,34 +175,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.sdist} not found; fetch it with: pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36")
     config = dataclasses.replace(Qwen3Config.tiny(), hidden_size=args.hidden_size,
                                  intermediate_size=args.intermediate_size, num_hidden_layers=args.layers)
-    with tempfile.TemporaryDirectory(prefix="compare-converter-") as tmp:
-        tmp = Path(tmp)
-        checkpoint = write_tiny_qwen3(tmp / "checkpoint", config=config, seed=0)
-        llama_dir = extract_reference(args.sdist, tmp / "ref")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(llama_dir / "gguf-py"), os.environ.get("PYTHONPATH", "")])}
-        reference_out, ours_out = tmp / "reference.gguf", tmp / "ours.gguf"
-        reference = run_measured([sys.executable, str(llama_dir / "convert_hf_to_gguf.py"), "--outtype", args.out_type,
-                                  "--outfile", str(reference_out), str(checkpoint)], env=env)
-        ours = run_measured([sys.executable, "-c", _OURS, str(checkpoint), str(ours_out), args.out_type])
-        diff = compare_files(ours_out, reference_out)
-    result = {
-        "checkpoint": dataclasses.asdict(config), "out_type": args.out_type,
-        "ours": ours, "reference": reference,
-        "wall_ratio": ours["wall_s"] / reference["wall_s"],
-        "peak_rss_ratio": ours["peak_rss_bytes"] / reference["peak_rss_bytes"],
-        "identical": identical(diff), "diff": diff,
-    }
+    result = compare(config, args.out_type, sdist=args.sdist, source_dtype=args.source_dtype)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
-        _print_summary(result)
+        print_summary(result)
     return 0 if result["identical"] else 1
 
 
-def _print_summary(result: dict) -> None:
+def print_summary(result: dict) -> None:
+    """The comparison in a dozen lines: what differs, wall times and peak RSS."""
     diff, ours, reference = result["diff"], result["ours"], result["reference"]
-    print(f"checkpoint: hidden {result['checkpoint']['hidden_size']}, {result['checkpoint']['num_hidden_layers']} layers, "
-          f"out type {result['out_type']}")
+    print(f"checkpoint: vocab {result['checkpoint']['vocab_size']:,}, hidden {result['checkpoint']['hidden_size']}, "
+          f"{result['checkpoint']['num_hidden_layers']} layers, {result['source_dtype']} -> {result['out_type']}")
     print(f"identical tensors and vocabulary: {result['identical']}")
     for key in ("tensors_only_ours", "tensors_only_reference", "type_diff", "shape_diff", "bytes_diff"):
         print(f"  {key}: {diff[key] or 'none'}")

@@ -12,7 +12,8 @@ from typing import Any
 # Lazy exports (PEP 562): `venus_edge.quantize.cli` registers its commands without importing gguf. Every name a
 # module lists in its `__all__` is exported (tests/test_imports.py checks it).
 _MODULE_EXPORTS = {
-    "convert": ("ARCHITECTURES", "OUT_TYPES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint"),
+    "convert": ("ARCHITECTURES", "OUT_TYPES", "STREAM_CHUNK_BYTES", "ArchitectureSpec", "convert_checkpoint",
+                "resolve_checkpoint"),
     "errors": (
         "CheckpointNotFoundError", "ConversionError", "DiskFullError", "GGUFReadError", "MissingTensorError",
         "OutputNotWritableError", "QuantizationError", "QuantizeError", "TensorShapeError",

@@ -10,7 +10,10 @@ What is written, and the llama.cpp code it follows (vendor/llama.cpp in llama-cp
 - general metadata: `ModelBase.prepare_metadata` through `gguf.Metadata`.
 
 Unlike llama.cpp's script it streams: tensor infos come from the safetensors headers, then each tensor is
-read, converted and written before the next one is read, so peak memory is about one tensor in F32.
+read with plain positional reads (no mmap, whose touched pages would count as resident) a block of rows at a
+time, widened, encoded and written before the next block is read. Peak memory is the imports and vocabulary
+plus a few buffers of `STREAM_CHUNK_BYTES`, whatever the model size; the bytes written are those of encoding
+each tensor whole (F32 / F16 / BF16 encoding is elementwise).
 The file is written under a temporary name in the target folder and renamed when complete; on any
 failure the temporary file is removed.
 
@@ -23,16 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 import gguf
 import numpy as np
-from safetensors import safe_open
 
 from .errors import (
     CheckpointNotFoundError,
@@ -47,7 +51,7 @@ from .errors import (
 from .output import check_output_path, temporary_output
 from .qwen_tokenizer import QWEN2_SPLIT_PATTERN
 
-__all__ = ["ARCHITECTURES", "OUT_TYPES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint"]
+__all__ = ["ARCHITECTURES", "OUT_TYPES", "STREAM_CHUNK_BYTES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,12 @@ _PRE_TOKENIZERS = MappingProxyType({QWEN2_SPLIT_PATTERN: "qwen2"})
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 
+# Rows of a tensor are read, widened and encoded this many float32 bytes at a time (at least one row).
+STREAM_CHUNK_BYTES = 16 * 2**20
+# safetensors dtype -> numpy dtype of the stored elements (BF16 as raw 16-bit words: numpy has no bfloat16).
+_SAFETENSORS_DTYPES = MappingProxyType({"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16})
+_MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+
 
 @dataclass(frozen=True)
 class _SourceTensor:
@@ -90,8 +100,9 @@ class _SourceTensor:
 
     name: str  # HF name, e.g. model.layers.0.self_attn.q_proj.weight
     shard: str  # safetensors file name inside the checkpoint folder
-    dtype: str  # safetensors dtype: F32, F16, BF16
+    dtype: str  # safetensors dtype: F64, F32, F16, BF16
     shape: tuple[int, ...]  # PyTorch order (rows, cols)
+    data_offset: int  # byte offset of the tensor's first element in the shard file
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,11 @@ class _PlannedTensor:
     source: _SourceTensor
     gguf_name: str
     qtype: gguf.GGMLQuantizationType
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the encoded tensor in the GGUF file, without alignment padding."""
+        return math.prod(gguf.quant_shape_to_byte_shape(self.source.shape, self.qtype))
 
 
 # ---------------------------------------------------------------------------------------------- source
@@ -159,6 +175,51 @@ def _shard_names(folder: Path) -> tuple[list[str], dict[str, str]]:
     return shards, {}
 
 
+def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
+    """The tensors of one safetensors file, sorted by name, from its header (the data is not read).
+
+    Format (huggingface/safetensors README): an 8-byte little-endian header length N, N bytes of JSON
+    {name: {"dtype", "shape", "data_offsets": [begin, end]}, optional "__metadata__"}, then the data; offsets
+    count from the first byte after the header.
+    Raises:
+        ConversionError: the header is truncated or not JSON, a dtype is not F64/F32/F16/BF16, or a tensor's
+            byte range does not match its shape or lies past the end of the file.
+    """
+    def corrupt(reason: str) -> ConversionError:
+        return ConversionError(f"{path}: {reason}; the file is truncated or corrupt, re-download it.")
+
+    file_size = path.stat().st_size
+    with open(path, "rb") as file:
+        header_size = int.from_bytes(file.read(8), "little")
+        if file_size < 8 or header_size > min(file_size - 8, _MAX_SAFETENSORS_HEADER_BYTES):
+            raise corrupt(f"header length is {header_size} bytes; the file has {file_size}")
+        try:
+            header = json.loads(file.read(header_size))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise corrupt(f"header is not valid JSON ({error})") from error
+    if not isinstance(header, dict):
+        raise corrupt("header is not a JSON object")
+    tensors = []
+    for name in sorted(key for key in header if key != "__metadata__"):
+        entry = header[name]
+        try:
+            dtype, shape = str(entry["dtype"]), tuple(int(n) for n in entry["shape"])
+            begin, end = (int(n) for n in entry["data_offsets"])
+        except (TypeError, KeyError, ValueError) as error:
+            raise corrupt(f"header entry of {name} is {entry!r}; expected dtype, shape and data_offsets") from error
+        if dtype not in _SAFETENSORS_DTYPES:
+            raise ConversionError(
+                f"{path}: tensor {name} has dtype {dtype}; this converter reads {', '.join(_SAFETENSORS_DTYPES)}. "
+                "Save the checkpoint in a float dtype, or convert with llama.cpp's convert_hf_to_gguf.py."
+            )
+        expected_bytes = math.prod(shape) * np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize
+        if end - begin != expected_bytes or begin < 0 or 8 + header_size + end > file_size:
+            raise corrupt(f"tensor {name} ({dtype}, shape {shape}) has data_offsets [{begin}, {end}]; "
+                          f"expected {expected_bytes} bytes inside the file's {file_size}")
+        tensors.append(_SourceTensor(name, path.name, dtype, shape, 8 + header_size + begin))
+    return tensors
+
+
 def _index_tensors(folder: Path) -> tuple[dict[str, _SourceTensor], dict[str, str]]:
     """Read every shard's header (not its data): HF name -> tensor, plus the index's weight map."""
     shard_names, weight_map = _shard_names(folder)
@@ -167,10 +228,7 @@ def _index_tensors(folder: Path) -> tuple[dict[str, _SourceTensor], dict[str, st
         if not (folder / shard).is_file():
             missing = {name: shard for name, file in weight_map.items() if file == shard}
             raise MissingTensorError(missing, {}, folder)
-        with safe_open(folder / shard, framework="numpy") as reader:
-            for name in sorted(reader.keys()):
-                header = reader.get_slice(name)
-                tensors[name] = _SourceTensor(name, shard, header.get_dtype(), tuple(header.get_shape()))
+        tensors |= {tensor.name: tensor for tensor in _read_safetensors_header(folder / shard)}
     return tensors, weight_map
 
 
@@ -242,34 +300,94 @@ def _plan(
 # ---------------------------------------------------------------------------------------------- tensors
 
 
-def _load_float(folder: Path, tensor: _SourceTensor) -> np.ndarray:
-    """Read one tensor as float16 or float32 (BF16 widened to float32 exactly, as llama.cpp does)."""
-    if tensor.dtype != "BF16":
-        with safe_open(folder / tensor.shard, framework="numpy") as reader:
-            array = reader.get_tensor(tensor.name)
-        return array if array.dtype in (np.float16, np.float32) else array.astype(np.float32)
-    # numpy has no bfloat16: read the raw 16-bit words and shift them into the top half of float32.
-    with gguf.utility.SafetensorsLocal(folder / tensor.shard) as local_tensors:
-        words = local_tensors[tensor.name].mmap_bytes().view(np.uint16)
-    return (words.astype(np.uint32) << 16).view(np.float32).reshape(tensor.shape)
+def _read_exact(file: io.RawIOBase, offset: int, into: memoryview, path: Path, name: str) -> None:
+    """Fill `into` with the file's bytes from `offset`, looping over short reads."""
+    file.seek(offset)
+    filled = 0
+    try:
+        while filled < len(into):
+            count = file.readinto(into[filled:])
+            if not count:
+                raise ConversionError(f"{path}: file ends inside tensor {name}; the file is truncated, re-download it.")
+            filled += count
+    except OSError as error:
+        raise ConversionError(f"{path}: reading tensor {name} failed ({type(error).__name__}: {error}).") from error
+
+
+def _row_blocks(file: io.RawIOBase, path: Path, tensor: _SourceTensor, chunk_bytes: int) -> Iterator[np.ndarray]:
+    """The tensor as consecutive blocks of rows (first axis), each float16 or float32 of shape (rows, *shape[1:]).
+
+    Rows per block: `chunk_bytes` // (row size in float32 bytes), at least one. F16 and F32 come as stored; BF16 is
+    widened exactly to float32 by shifting its 16-bit words into the top half (as llama.cpp does), F64 is cast
+    to float32 as numpy's astype does. The arrays are views of two buffers reused from block to block: encode
+    each block before taking the next.
+    """
+    stored = np.dtype(_SAFETENSORS_DTYPES[tensor.dtype])
+    n_rows = tensor.shape[0] if tensor.shape else 1
+    row_shape = tensor.shape[1:]
+    row_elements = math.prod(row_shape)
+    rows_per_block = max(1, min(n_rows, chunk_bytes // max(1, row_elements * 4)))
+    raw = np.empty(rows_per_block * row_elements, dtype=stored)
+    widened = np.empty(raw.size, dtype=np.float32) if tensor.dtype in ("BF16", "F64") else None
+    for first in range(0, n_rows, rows_per_block):
+        rows = min(rows_per_block, n_rows - first)
+        size = rows * row_elements
+        _read_exact(file, tensor.data_offset + first * row_elements * stored.itemsize,
+                    raw[:size].view(np.uint8).data, path, tensor.name)
+        if widened is None:
+            block = raw[:size]
+        elif tensor.dtype == "BF16":
+            block = widened[:size]
+            words = block.view(np.uint32)
+            words[:] = raw[:size]
+            words <<= 16
+        else:
+            block = widened[:size]
+            block[:] = raw[:size]
+        yield block.reshape((rows, *row_shape) if tensor.shape else ())
 
 
 def _encode(array: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
-    """F32 / F16 / BF16 encoding with gguf's own routines (BF16 rounds to nearest even)."""
+    """F32 / F16 / BF16 encoding with gguf's own routines (BF16 rounds to nearest even); elementwise."""
     return gguf.quants.quantize(array, qtype)
 
 
 def _add_tensor_infos(writer: gguf.GGUFWriter, planned: list[_PlannedTensor]) -> None:
     for item in planned:
         byte_shape = gguf.quant_shape_to_byte_shape(item.source.shape, item.qtype)
-        nbytes = int(np.prod(byte_shape))
-        writer.add_tensor_info(item.gguf_name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=item.qtype)
+        writer.add_tensor_info(item.gguf_name, byte_shape, np.dtype(np.uint8), item.nbytes, raw_dtype=item.qtype)
 
 
-def _write_tensors(writer: gguf.GGUFWriter, folder: Path, planned: list[_PlannedTensor]) -> None:
-    """Stream: read, encode and write one tensor at a time, in plan order."""
-    for item in planned:
-        writer.write_tensor_data(_encode(_load_float(folder, item.source), item.qtype))
+def _write_tensor(out: io.BufferedWriter, source: io.RawIOBase, path: Path, item: _PlannedTensor, chunk_bytes: int) -> None:
+    """Encode and append one tensor block by block; the bytes are those of encoding it whole."""
+    written = 0
+    for block in _row_blocks(source, path, item.source, chunk_bytes):
+        encoded = _encode(block, item.qtype)
+        out.write(np.ascontiguousarray(encoded).data.cast("B"))
+        written += encoded.nbytes
+    if written != item.nbytes:  # the tensor info already promised item.nbytes at a fixed offset
+        raise ConversionError(f"{item.source.name}: encoded {written} bytes; the GGUF tensor info says {item.nbytes}.")
+
+
+def _write_tensors(writer: gguf.GGUFWriter, folder: Path, planned: list[_PlannedTensor], chunk_bytes: int | None = None) -> None:
+    """Write the tensor data section, in plan order, after the writer has written the tensor infos.
+
+    The layout is that of `GGUFWriter.write_tensor_data` (gguf-py gguf_writer.py): zeros up to the writer's
+    `data_alignment` before the first tensor, and after each tensor zeros up to a multiple of the alignment,
+    matching the offsets `write_ti_data_to_file` stored. `chunk_bytes` defaults to `STREAM_CHUNK_BYTES`.
+    """
+    chunk_bytes = STREAM_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    assert writer.fout is not None and len(writer.fout) == 1  # opened by write_header_to_file; made without splits
+    out = writer.fout[0]
+    writer.write_padding(out, out.tell())
+    with contextlib.ExitStack() as stack:
+        sources: dict[str, io.RawIOBase] = {}
+        for item in planned:
+            shard = item.source.shard
+            if shard not in sources:
+                sources[shard] = stack.enter_context(open(folder / shard, "rb", buffering=0))
+            _write_tensor(out, sources[shard], folder / shard, item, chunk_bytes)
+            writer.write_padding(out, item.nbytes)
 
 
 # ---------------------------------------------------------------------------------------------- metadata
@@ -384,12 +502,12 @@ def _add_general(writer: gguf.GGUFWriter, folder: Path, repo_id: str | None, tot
 
 
 def _is_disk_full(error: OSError) -> bool:
-    """ENOSPC / EFBIG (RLIMIT_FSIZE) / EDQUOT, or numpy's errno-less short write ("N requested and M written")."""
-    return error.errno in _DISK_FULL_ERRNOS or (error.errno is None and "requested and" in str(error))
+    """ENOSPC / EFBIG (RLIMIT_FSIZE) / EDQUOT."""
+    return error.errno in _DISK_FULL_ERRNOS
 
 
 def _write_gguf(writer: gguf.GGUFWriter, path: Path, folder: Path, planned: list[_PlannedTensor], out_path: Path) -> None:
-    needed_bytes = sum(int(np.prod(gguf.quant_shape_to_byte_shape(p.source.shape, p.qtype))) for p in planned)
+    needed_bytes = sum(item.nbytes for item in planned)
     try:
         writer.write_header_to_file(path=path)
         writer.write_kv_data_to_file()

@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import gguf
 import numpy as np
 from safetensors.numpy import save_file
 
@@ -27,6 +28,7 @@ from .qwen_tokenizer import build_qwen3_tokenizer_files
 __all__ = ["Qwen3Config", "build_tiny_qwen3_gguf", "tiny_qwen3_tensor_shapes", "write_tiny_qwen3"]
 
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
+_DTYPES = (*_NUMPY_DTYPES, "bfloat16")  # bfloat16: numpy has none; stored as 16-bit words (safetensors "BF16")
 
 
 @dataclass(frozen=True)
@@ -120,19 +122,50 @@ def _split_in_shards(names: list[str], shards: int) -> list[list[str]]:
     return [list(group) for group in np.array_split(np.array(names, dtype=object), shards)]
 
 
-def _write_weights(folder: Path, tensors: dict[str, np.ndarray], shards: int) -> None:
+def _save_safetensors(tensors: dict[str, np.ndarray], path: Path, *, bf16: bool) -> None:
+    """One safetensors file; with `bf16`, the arrays are uint16 bfloat16 words and are written with dtype BF16.
+
+    safetensors.numpy cannot write BF16, so that case writes the format itself (safetensors' README): an 8-byte
+    little-endian header length, the JSON header (name -> dtype, shape, data_offsets; padded with spaces to a
+    multiple of 8), then the tensors' bytes back to back in name order.
+    """
+    if not bf16:
+        save_file(tensors, path, metadata={"format": "pt"})
+        return
+    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name in sorted(tensors):
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + tensors[name].nbytes]}
+        offset += tensors[name].nbytes
+    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    header_bytes += b" " * (-len(header_bytes) % 8)
+    with open(path, "wb") as file:
+        file.write(len(header_bytes).to_bytes(8, "little"))
+        file.write(header_bytes)
+        for name in sorted(tensors):
+            file.write(np.ascontiguousarray(tensors[name]).data)
+
+
+def _write_weights(folder: Path, tensors: dict[str, np.ndarray], shards: int, *, bf16: bool = False) -> None:
     """model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json when shards > 1."""
     if shards == 1:
-        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+        _save_safetensors(tensors, folder / "model.safetensors", bf16=bf16)
         return
     weight_map = {}
     for index, names in enumerate(_split_in_shards(list(tensors), shards), start=1):
         shard_name = f"model-{index:05d}-of-{shards:05d}.safetensors"
-        save_file({name: tensors[name] for name in names}, folder / shard_name, metadata={"format": "pt"})
+        _save_safetensors({name: tensors[name] for name in names}, folder / shard_name, bf16=bf16)
         weight_map |= dict.fromkeys(names, shard_name)
     total_size_bytes = sum(array.nbytes for array in tensors.values())
     index = {"metadata": {"total_size": total_size_bytes}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+
+
+def _cast(array: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 -> float32 / float16, or -> bfloat16 words (uint16, rounded to nearest even as torch does)."""
+    if dtype == "bfloat16":
+        return gguf.quants.quantize(array, gguf.GGMLQuantizationType.BF16).view(np.uint16)
+    return array.astype(_NUMPY_DTYPES[dtype])
 
 
 def write_tiny_qwen3(
@@ -152,7 +185,8 @@ def write_tiny_qwen3(
         out_dir: folder to write into (created if missing): config.json, safetensors weights, tokenizer files.
         config: the model shape; `Qwen3Config.tiny()` when None.
         seed: seed of numpy's PCG64 generator; the same seed gives byte-identical weights.
-        dtype: "float32" or "float16" (weights are drawn in float32, then cast).
+        dtype: "float32", "float16" or "bfloat16" (weights are drawn in float32, then cast; bfloat16 rounds to
+            nearest even, as torch does, and is stored as safetensors dtype BF16).
         shards: number of safetensors files; > 1 also writes model.safetensors.index.json.
         chat_template: stored in tokenizer_config.json when given (ignored with ``tokenizer_dir``).
         tokenizer_dir: copy ``tokenizer.json`` and ``tokenizer_config.json`` from here; ``config.vocab_size`` must
@@ -162,17 +196,16 @@ def write_tiny_qwen3(
     Raises:
         ValueError: unknown dtype, shards outside 1..number of tensors, or a vocabulary larger than the config's.
     """
-    if dtype not in _NUMPY_DTYPES:
-        raise ValueError(f"dtype is {dtype!r}; expected one of {sorted(_NUMPY_DTYPES)}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype is {dtype!r}; expected one of {sorted(_DTYPES)}")
     config = config or Qwen3Config.tiny()
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     tensors = {
-        name: _random_tensor(rng, shape).astype(_NUMPY_DTYPES[dtype])
-        for name, shape in tiny_qwen3_tensor_shapes(config).items()
+        name: _cast(_random_tensor(rng, shape), dtype) for name, shape in tiny_qwen3_tensor_shapes(config).items()
     }
-    _write_weights(folder, tensors, shards)
+    _write_weights(folder, tensors, shards, bf16=dtype == "bfloat16")
     config_text = json.dumps(config.to_hf_dict(torch_dtype=dtype), indent=2)
     (folder / "config.json").write_text(config_text + "\n", encoding="utf-8")
     if tokenizer_dir is None:

@@ -17,6 +17,7 @@ import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from venus_edge.quantize import convert as convert_module
 from venus_edge.quantize.convert import convert_checkpoint
 from venus_edge.quantize.errors import (
     CheckpointNotFoundError,
@@ -191,16 +192,16 @@ def test_disk_full_enospc_removes_partial_file_and_keeps_old_output(tiny_checkpo
     """ENOSPC on the third tensor write: DiskFullError, no temp file, and a previous output stays intact."""
     out = tmp_path / "out.gguf"
     out.write_bytes(b"previous")
-    original_write = gguf.GGUFWriter.write_tensor_data
+    original_write = convert_module._write_tensor
     calls = []
 
-    def write_until_full(self, tensor, *args, **kwargs):
+    def write_until_full(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return original_write(self, tensor, *args, **kwargs)
+        return original_write(*args, **kwargs)
 
-    monkeypatch.setattr(gguf.GGUFWriter, "write_tensor_data", write_until_full)
+    monkeypatch.setattr(convert_module, "_write_tensor", write_until_full)
     with pytest.raises(DiskFullError, match="No space left on device.*partial file was removed"):
         convert_checkpoint(tiny_checkpoint, out, out_type="f16")
     assert out.read_bytes() == b"previous"
