@@ -42,7 +42,7 @@ def run_bench(
     progress: Callable[[BenchConfig, str], None] = lambda config, stage: None,
 ) -> BenchReport:
     """Measure each configuration (``measure_config``), the copy bandwidth, and, with a ``reference``, each other
-    model's KL divergence and top-1 agreement against it on the session's text (agentic text: the DR-Venus
+    quant of the same checkpoint (same parameter count and vocabulary) for KL divergence and top-1 agreement on the session's text (agentic text: the DR-Venus
     system prompt, tool calls and tool results) or a fixed text without a session.
 
     Raises:
@@ -70,10 +70,15 @@ def _add_quality(results: list[ConfigResult], reference: Path, session: Trajecto
         return
     text = protocol.render_messages(session.messages, add_generation_prompt=False) if session else CALIBRATION_TEXT
     measured: dict[str, dict[str, float]] = {}
+    reference_header = read_model_header(reference)
     for result in results:
         model = result.config["model"]
         if Path(model).resolve() == reference.resolve():
             result.quality = {"reference": True}
+            continue
+        header = read_model_header(Path(model))
+        if (header.n_params, header.n_vocab) != (reference_header.n_params, reference_header.n_vocab):
+            result.skipped.append(f"quality of {Path(model).name}: another checkpoint than {reference.name}")
             continue
         if model not in measured:
             comparison = compare_quant(model, reference, text, n_ctx=QUALITY_TOKENS)
