@@ -7,12 +7,13 @@ For each configuration (``BenchConfig``), in this process, one after the other:
 - prefill tokens/s at several prompt lengths (fresh prompts, nothing reused from the KV cache);
 - time to first token of a DR-Venus first turn (the system prompt with the search and visit schemas and a
   question, as a session starts without the prompt cache);
-- decode tokens/s at several context depths (greedy, ``decode_tokens`` new tokens after a prompt of that depth);
-- the same decode through raw llama-cpp-python (``Llama.generate``, same file, threads, KV type, prompt and
-  sampler) and through llama.cpp's ``llama-bench`` (``-n`` at ``-d`` depths; random tokens, no sampler);
 - one recorded agent session replayed turn by turn (``replay_session``): each turn's prompt is the recorded
   conversation so far, decoded greedily for as many tokens as the recorded turn (capped), so every
-  configuration does the same work: seconds per turn, prompt tokens evaluated against reused.
+  configuration does the same work: seconds per turn, prompt tokens evaluated against reused;
+- decode tokens/s at several context depths (greedy, ``decode_tokens`` new tokens after a prompt of that depth),
+  taking turns run by run with raw llama-cpp-python (``Llama.generate``, same file, threads, KV type, prompt and
+  sampler), so that other load on the machine hits both alike; the best run of each is kept;
+- llama.cpp's ``llama-bench`` (``-n`` at ``-d`` depths, ``-p`` at the prompt lengths; random tokens, no sampler).
 
 ``memory_bandwidth`` measures the machine's copy bandwidth; ``bandwidth_limit`` turns it into the decode speed
 that bandwidth allows (every weight byte and the KV cache up to the depth read once per token).
@@ -28,7 +29,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
@@ -245,55 +246,60 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
             completion = engine.generate(first_turn, sampling=SamplingParams(**GREEDY_DECODE, max_tokens=1))
             ttfts.append(completion.stats.prefill_s)
         result.ttft_s, result.ttft_prompt_tokens = min(ttfts), len(first_turn)
-        progress("decode")
-        decode_prompts = [(depth, _decode_prompt(engine, depth)) for depth in config.depths]
-        for depth, prompt in decode_prompts:
-            runs = [engine.generate(prompt, sampling=SamplingParams(**GREEDY_DECODE, max_tokens=config.decode_tokens))
-                    for _ in range(config.repeats)]
-            best = max(runs, key=lambda c: c.stats.decode_tokens_per_s)
-            result.decode[depth] = best.stats.decode_tokens_per_s
-            result.decode_tokens[depth] = best.stats.tokens_decoded
         if session is not None:
             progress("session")
             result.session = replay_session(engine, session)
         result.memory["rss_used"] = _rss_bytes() - before
+        progress("decode, and raw llama-cpp-python")
+        with _RawLlama(config) as raw:  # the two take turns, so that other load on the machine hits both alike
+            for depth in config.depths:
+                prompt = _decode_prompt(engine, depth)
+                ours, theirs = [], []
+                for _ in range(config.repeats):
+                    ours.append(engine.generate(prompt, sampling=SamplingParams(
+                        **GREEDY_DECODE, max_tokens=config.decode_tokens)).stats)
+                    theirs.append(raw.decode_speed(prompt, config.decode_tokens))
+                best = max(ours, key=lambda stats: stats.decode_tokens_per_s)
+                result.decode[depth] = best.decode_tokens_per_s
+                result.decode_tokens[depth] = best.tokens_decoded
+                result.raw_decode[depth] = max(theirs)
     finally:
         engine.close()
-    progress("raw llama-cpp-python")
-    result.raw_decode = _raw_decode(config, decode_prompts)
     progress("llama-bench")
     result.llama_bench = _llama_bench(config, result.skipped)
     return result
 
 
-def _raw_decode(config: BenchConfig, prompts: Sequence[tuple[int, list[int]]]) -> dict[int, float]:
-    """Decode tokens/s of ``Llama.generate`` consumed token by token (no text, no stop strings), same settings."""
-    import llama_cpp
+class _RawLlama:
+    """The anchor: ``llama_cpp.Llama`` on the same file, threads, n_ctx and KV type, decoding token by token with
+    the same greedy sampler (no text, no stop strings, no statistics)."""
 
-    quantized = config.kv_type in ("q8_0", "q4_0")
-    types = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
-    llm = llama_cpp.Llama(str(config.model), n_ctx=config.n_ctx, n_threads=config.threads, n_batch=512,
-                          type_k=types[config.kv_type], type_v=types[config.kv_type], flash_attn=quantized,
-                          verbose=False)
-    speeds: dict[int, float] = {}
-    try:
-        for depth, prompt in prompts:
-            best = 0.0
-            for _ in range(config.repeats):
-                llm.reset()
-                count, first = 0, 0.0
-                for _token in llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
-                    count += 1
-                    if count == 1:
-                        first = time.perf_counter()
-                    if count == config.decode_tokens or llm.token_eos() == _token:
-                        break
-                if count > 1:
-                    best = max(best, (count - 1) / (time.perf_counter() - first))
-            speeds[depth] = best
-    finally:
-        llm.close()
-    return speeds
+    def __init__(self, config: BenchConfig) -> None:
+        import llama_cpp
+
+        types = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+        self.llm = llama_cpp.Llama(str(config.model), n_ctx=config.n_ctx, n_threads=config.threads,
+                                   n_threads_batch=config.threads, n_batch=512, type_k=types[config.kv_type],
+                                   type_v=types[config.kv_type], flash_attn=config.kv_type in ("q8_0", "q4_0"),
+                                   verbose=False)
+
+    def decode_speed(self, prompt: list[int], tokens: int) -> float:
+        """Tokens/s from the first sampled token to the ``tokens``-th (or the end-of-generation token)."""
+        self.llm.reset()
+        count, first = 0, 0.0
+        for token in self.llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+            count += 1
+            if count == 1:
+                first = time.perf_counter()
+            if count == tokens or token == self.llm.token_eos():
+                break
+        return (count - 1) / (time.perf_counter() - first) if count > 1 else 0.0
+
+    def __enter__(self) -> _RawLlama:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.llm.close()
 
 
 def llama_bench_path() -> Path | None:

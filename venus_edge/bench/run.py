@@ -18,7 +18,7 @@ from venus_edge.trajectory import Trajectory
 __all__ = ["pick_reference", "run_bench"]
 
 #: The stages ``measure_config`` reports, in order (for a progress bar).
-STAGES = ("load", "prefill", "first turn", "decode", "session", "raw llama-cpp-python", "llama-bench")
+STAGES = ("load", "prefill", "first turn", "session", "decode, and raw llama-cpp-python", "llama-bench")
 UNQUANTIZED_TYPES = ("F32", "F16", "BF16")
 #: Tokens of agentic text the quality check compares (the logits of every position are kept: n_ctx x vocab floats).
 QUALITY_TOKENS = 512
