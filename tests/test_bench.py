@@ -74,10 +74,10 @@ def test_bench_refuses_tests_that_do_not_fit_the_context(tiny_quants: list[Path]
         main(["bench", str(tiny_quants[0]), "--kv", "q5_1"])
 
 
-def test_the_shipped_session_replays_with_growing_kv_reuse(smollm2_gguf: Path) -> None:
+def test_the_shipped_session_replays_with_growing_kv_reuse(tiny_qwen3_gguf: Path) -> None:
     session = load_session(shipped_session_path())
     assert len(session.turns) >= 3 and any(t.tool_call for t in session.turns)
-    with LlamaCppEngine(smollm2_gguf, n_ctx=8192, n_threads=2, helper_n_ctx=0) as engine:
+    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=8192, n_threads=2, helper_n_ctx=0) as engine:
         replay = replay_session(engine, session, max_tokens=4)
     turns = replay["turns"]
     assert len(turns) == len(session.turns)
