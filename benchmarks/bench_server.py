@@ -16,7 +16,6 @@ is that question's), and the journal holds every session with its answer.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -27,7 +26,14 @@ import pytest
 
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.server import ResearchService, create_app
-from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, collect_events, tool_call_turn
+from venus_edge.testing import (
+    ScriptedEngine,
+    UvicornThread,
+    answer_turn,
+    collect_events,
+    read_sse,
+    tool_call_turn,
+)
 from venus_edge.tools.base import ToolResult
 from venus_edge.trajectory import read_journal
 
@@ -83,7 +89,7 @@ def run_server(journal: Path) -> tuple[float, dict[int, list[tuple[str, str, dic
         try:
             with httpx.stream("POST", f"{url}/v1/research", json={"question": question(n)}, timeout=120) as response:
                 response.raise_for_status()
-                streams[n] = list(_sse(response))
+                streams[n] = list(read_sse(response))
         except BaseException as exc:  # reported after the run
             failures.append(exc)
 
@@ -98,18 +104,6 @@ def run_server(journal: Path) -> tuple[float, dict[int, list[tuple[str, str, dic
     service.close()
     assert not failures, failures
     return elapsed, streams
-
-
-def _sse(response: httpx.Response) -> Any:
-    fields: dict[str, str] = {}
-    for line in response.iter_lines():
-        if not line:
-            if "data" in fields:
-                yield fields.get("event", ""), fields.get("id", ""), json.loads(fields["data"])
-            fields = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(":")
-            fields[name] = value.removeprefix(" ")
 
 
 def check(streams: dict[int, list[tuple[str, str, dict[str, Any]]]], reference: list[list[str]],

@@ -22,7 +22,7 @@ from venus_edge.cli import main
 from venus_edge.server import QueueFullError, ResearchService, SessionRequest, create_app
 from venus_edge.server.app import LOOPBACK_HOSTS
 from venus_edge.server.cli import is_loopback
-from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, tool_call_turn
+from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, read_sse, tool_call_turn
 from venus_edge.toolbox import close_tools, default_tools
 from venus_edge.trajectory import read_journal
 
@@ -48,19 +48,6 @@ def serve(engine: ScriptedEngine, journal: Path, tools: list[Any] | None = None,
     return service, UvicornThread(create_app(service, **app_args))
 
 
-def sse(response: httpx.Response) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """(event, id, data) of each SSE message of a streaming response."""
-    fields: dict[str, str] = {}
-    for line in response.iter_lines():
-        if not line:
-            if "data" in fields:
-                yield fields.get("event", "message"), fields.get("id", ""), json.loads(fields["data"])
-            fields = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(":")
-            fields[name] = value.removeprefix(" ")
-
-
 def first_corpus_url(tools: list[Any]) -> str:
     search = next(tool for tool in tools if tool.name == "search")
     (results,) = json.loads(search({"query": ["dataclasses field default"]}).text)
@@ -76,7 +63,7 @@ def test_events_stream_in_order_with_ids_and_end_with_the_result(journal: Path, 
     with server, httpx.stream("POST", f"{server.url}/v1/research", json={"question": "What is a field?"},
                               timeout=30) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-        messages = list(sse(response))
+        messages = list(read_sse(response))
     service.close()
     kinds = [kind for kind, _, _ in messages]
     assert [int(index) for _, index, _ in messages] == list(range(len(messages)))
@@ -101,7 +88,7 @@ def test_a_late_listener_replays_from_last_event_id_and_reads_the_session_back(j
         links = started.json()
         service.get(links["session_id"]).wait(10)
         with httpx.stream("GET", server.url + links["events_url"], headers={"Last-Event-ID": "2"}) as response:
-            replay = list(sse(response))
+            replay = list(read_sse(response))
         view = httpx.get(server.url + links["session_url"]).json()
         listed = httpx.get(f"{server.url}/v1/sessions").json()["sessions"]
         missing = httpx.get(f"{server.url}/v1/sessions/{'0' * 32}")
@@ -117,7 +104,7 @@ def test_delete_cancels_a_running_session_within_its_turn(journal: Path) -> None
     service, server = serve(engine, journal)
     with server, httpx.stream("POST", f"{server.url}/v1/research", json={"question": "q"}) as response:
         kinds = []
-        for kind, _, data in sse(response):
+        for kind, _, data in read_sse(response):
             kinds.append(kind)
             if kind == "text" and kinds.count("text") == 3:
                 session_id = response.headers["x-session-id"]
@@ -137,7 +124,7 @@ def test_a_client_that_disconnects_cancels_its_session(journal: Path) -> None:
     with server:
         with httpx.stream("POST", f"{server.url}/v1/research", json={"question": "q"}) as response:
             session_id = response.headers["x-session-id"]
-            for kind, _, _ in sse(response):
+            for kind, _, _ in read_sse(response):
                 if kind == "text":
                     break
         handle = service.get(session_id)
@@ -305,7 +292,7 @@ def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_ggu
                 time.sleep(0.2)
         with httpx.stream("POST", f"{base}/v1/research", json={"question": "What does dataclasses.field do?"},
                           timeout=300) as response:
-            messages = list(sse(response))
+            messages = list(read_sse(response))
         view = httpx.get(f"{base}/v1/sessions/{messages[-1][2]['session_id']}").json()
     finally:
         process.terminate()
@@ -455,7 +442,7 @@ def test_last_event_id_garbage_restarts_and_an_id_past_the_end_keeps_true_ids(jo
             with httpx.stream("GET", f"{server.url}/v1/sessions/{session_id}/events",
                               headers={"Last-Event-ID": last.encode("latin-1")}) as response:
                 assert response.status_code == 200
-                ids[last[:8]] = [(int(index), kind) for kind, index, _ in sse(response)]
+                ids[last[:8]] = [(int(index), kind) for kind, index, _ in read_sse(response)]
     service.close()
     everything = ids["\u00b2"]
     assert [index for index, _ in everything] == list(range(len(everything)))

@@ -147,6 +147,20 @@ class UvicornThread:
         self.stop()
 
 
+def read_sse(response: Any) -> Any:
+    """``(event, id, data)`` of each Server-Sent Event of a streaming ``httpx`` response, ``data`` parsed as JSON;
+    comment lines (keep-alive pings) are skipped. Format: the WHATWG HTML spec, "Server-sent events"."""
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if not line:
+            if "data" in fields:
+                yield fields.get("event", "message"), fields.get("id", ""), json.loads(fields["data"])
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.removeprefix(" ")
+
+
 def collect_events(stream: Any) -> tuple[Any, list[Any]]:
     """Run an ``Agent.events`` (or ``resume_events``) generator to its end: ``(Result, [Event, ...])``."""
     events = []
