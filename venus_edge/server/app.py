@@ -48,7 +48,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from venus_edge.agent import unvisited_citations
-from venus_edge.server.service import QueueFullError, ResearchService, SessionHandle, SessionRequest
+from venus_edge.server.service import (
+    QueueFullError,
+    QuestionTooLongError,
+    ResearchService,
+    SessionHandle,
+    SessionRequest,
+)
 from venus_edge.trajectory import Trajectory
 
 __all__ = ["create_app"]
@@ -250,9 +256,10 @@ def _submit(service: ResearchService, request: SessionRequest) -> SessionHandle:
         return service.submit(request)
     except QueueFullError as exc:
         raise _ApiError(429, str(exc), "rate_limit_error", {"Retry-After": str(exc.retry_after_s)}) from exc
+    except QuestionTooLongError as exc:
+        raise _ApiError(413, str(exc), "invalid_request_error") from exc
     except ValueError as exc:
-        status = 413 if "characters" in str(exc) else 422
-        raise _ApiError(status, str(exc), "invalid_request_error") from exc
+        raise _ApiError(422, str(exc), "invalid_request_error") from exc
     except RuntimeError as exc:
         raise _ApiError(503, str(exc), "server_error") from exc
 

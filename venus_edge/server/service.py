@@ -29,12 +29,16 @@ from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
 from venus_edge.tools.base import Tool
 from venus_edge.trajectory import Trajectory, read_journal
 
-__all__ = ["QueueFullError", "ResearchService", "SessionHandle", "SessionRequest"]
+__all__ = ["QuestionTooLongError", "QueueFullError", "ResearchService", "SessionHandle", "SessionRequest"]
 
 logger = logging.getLogger(__name__)
 
 #: Retry-After for a full queue before any session has finished (no timing known yet), in seconds.
 DEFAULT_SESSION_S = 30.0
+
+
+class QuestionTooLongError(ValueError):
+    """Raised by ``ResearchService.limit`` for a question over ``max_question_chars`` (HTTP 413)."""
 
 
 class QueueFullError(VenusEdgeError):
@@ -243,13 +247,13 @@ class ResearchService:
         """The config of a request: the server's, with each limit the request sets lowered to it (never raised).
 
         Raises:
-            ValueError: an empty or over-long question, or a limit below 1.
+            ValueError: an empty question or a limit below 1; ``QuestionTooLongError`` for an over-long one.
         """
         question = request.question.strip()
         if not question:
             raise ValueError("the question is empty")
         if len(request.question) > self.max_question_chars:
-            raise ValueError(f"the question has {len(request.question):,} characters; this server takes at most "
+            raise QuestionTooLongError(f"the question has {len(request.question):,} characters; this server takes at most "
                              f"{self.max_question_chars:,}")
         for name in ("max_turns", "time_limit_s", "max_tokens"):
             value = getattr(request, name)
@@ -288,7 +292,8 @@ class ResearchService:
         return handle
 
     def get(self, session_id: str) -> SessionHandle | None:
-        """A session this service ran or runs (since it started), or None."""
+        """A queued or running session, or one of the last ``keep_finished`` ended ones; else None (the journal
+        has the others: ``journal``)."""
         return self.sessions.get(session_id)
 
     def cancel(self, session_id: str) -> bool:
