@@ -51,5 +51,7 @@ fi
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }) \
     || echo "warning: could not install chromium; the research page's browser test will be skipped" >&2
+elif ! command -v chromium >/dev/null; then
+  echo "note: no chromium (install it as root: apt-get install chromium); the research page's browser test will be skipped" >&2
 fi
 echo "venus-edge is set up in .venv"

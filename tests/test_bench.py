@@ -72,6 +72,9 @@ def test_bench_refuses_tests_that_do_not_fit_the_context(tiny_quants: list[Path]
     assert exited.value.code == 2 and "raise --n-ctx" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", str(tiny_quants[0]), "--kv", "q5_1"])
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", str(tiny_quants[0]), "--session", "s.jsonl", "--no-session"])
+    assert exited.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
 def test_the_shipped_session_replays_with_growing_kv_reuse(tiny_qwen3_gguf: Path) -> None:

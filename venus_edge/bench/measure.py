@@ -22,7 +22,6 @@ that bandwidth allows (every weight byte and the KV cache up to the depth read o
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -303,11 +302,14 @@ class _RawLlama:
 
 
 def llama_bench_path() -> Path | None:
-    """llama.cpp's ``llama-bench`` as ``scripts/build_llama_tools.sh`` builds it (``~/.cache/venus-edge/bin``), or
-    on PATH; None when neither has it."""
-    cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "venus-edge" / "bin" / "llama-bench"
-    if cached.is_file():
-        return cached
+    """llama.cpp's ``llama-bench`` as ``scripts/build_llama_tools.sh`` builds it (``venus_edge.testing.
+    llama_tool_path``: ``$VENUS_EDGE_CACHE/bin``), or on PATH; None when neither has it."""
+    from venus_edge.testing import llama_tool_path
+
+    try:
+        return llama_tool_path("llama-bench")
+    except FileNotFoundError:
+        pass
     found = shutil.which("llama-bench")
     return Path(found) if found else None
 

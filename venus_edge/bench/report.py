@@ -98,7 +98,8 @@ class BenchReport:
                            f"{quality['top1_agreement']:.3f}" if "top1_agreement" in quality else "-",
                            f"{quality['ppl_ratio']:.3f}" if "ppl_ratio" in quality else "-"])
         return [f"The memory-bandwidth limit (tokens/s = bandwidth / (weights + KV read per token)) and the quality "
-                f"against {Path(self.reference).name if self.reference else 'no reference'} on agentic text", ""] + \
+                f"against {Path(self.reference).name if self.reference else 'no reference'} (the replayed session's "
+                f"question, calls and tool results, or a fixed text without a session)", ""] + \
             _table(head, rows)
 
     def _session_table(self) -> list[str]:

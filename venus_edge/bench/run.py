@@ -20,8 +20,9 @@ __all__ = ["pick_reference", "run_bench"]
 #: The stages ``measure_config`` reports, in order (for a progress bar).
 STAGES = ("load", "prefill", "first turn", "session", "decode, and raw llama-cpp-python", "llama-bench")
 UNQUANTIZED_TYPES = ("F32", "F16", "BF16")
-#: Tokens of agentic text the quality check compares (the logits of every position are kept: n_ctx x vocab floats).
-QUALITY_TOKENS = 512
+#: Tokens of agentic text the quality check compares (the logits of every position are kept: n_ctx x vocab floats,
+#: ~0.6 GB for a Qwen vocabulary, one model at a time).
+QUALITY_TOKENS = 1024
 
 
 def pick_reference(models: Sequence[Path]) -> Path | None:
@@ -68,7 +69,9 @@ def _add_quality(results: list[ConfigResult], reference: Path, session: Trajecto
         for result in results:
             result.skipped.append("quality: needs venus_edge.quantize")
         return
-    text = protocol.render_messages(session.messages, add_generation_prompt=False) if session else CALIBRATION_TEXT
+    # The session after its system prompt: the question, the model's calls and the tool results it read.
+    text = (protocol.render_messages(session.messages[1:], add_generation_prompt=False) if session
+            else CALIBRATION_TEXT)
     measured: dict[str, dict[str, float]] = {}
     reference_header = read_model_header(reference)
     for result in results:

@@ -104,8 +104,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--host {args.host} can be reached from other machines: give --api-key KEY (or "
                      "$VENUS_EDGE_SERVER_KEY) so that only your clients can use the model")
     check_session_arguments(args, parser)
-    if args.slots < 1:
-        parser.error("--slots must be at least 1")
+    if args.slots < 1 or args.max_queue < 0:
+        parser.error("--slots must be at least 1 and --max-queue at least 0")
     journal = args.journal or default_journal_path()
     with open_session(args, samples=args.slots) as session:
         engines: list[Any] = session.rollout_engines(args.slots) if session.concurrent else [session.engine]
