@@ -54,6 +54,7 @@ from venus_edge.server.service import (
     ResearchService,
     SessionHandle,
     SessionRequest,
+    answer_with_sources,
 )
 from venus_edge.trajectory import Trajectory
 
@@ -338,16 +339,9 @@ def _last_user_text(messages: Sequence[_ChatMessage]) -> str:
 
 
 def _answer_text(result: dict[str, Any]) -> str:
-    """The chat reply of a finished session: the answer, then its sources (unvisited citations flagged)."""
-    answer = result.get("answer")
-    text = answer if answer else f"(no answer: the research ended with '{result['termination']}')"
-    sources = result.get("sources") or []
-    if sources:
-        text += "\n\nSources:\n" + "\n".join(f"{i}. {url}" for i, url in enumerate(sources, 1))
-    unvisited = result.get("unvisited_citations") or []
-    if unvisited:
-        text += "\n\nCited but never read: " + ", ".join(unvisited)
-    return text
+    """The chat reply of a finished session (its ``session_finished`` event)."""
+    return answer_with_sources(result.get("answer"), result.get("termination", "error"), result.get("sources") or [],
+                               result.get("unvisited_citations") or [])
 
 
 def _progress_text(event: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from venus_edge.server.cli import default_journal_path, is_loopback
-from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest
+from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest, answer_with_sources
 from venus_edge.session import check_session_arguments, open_session
 from venus_edge.toolbox import close_tools
 from venus_edge.tools.base import Tool, ToolRegistry
@@ -125,7 +125,8 @@ def create_mcp_server(service: ResearchService, tools: Sequence[Tool] | None = N
             termination=str(result.get("termination", "error")), turns=int(result.get("turns", 0)),
             session_id=handle.session_id,
         )
-        return CallToolResult(content=[TextContent(type="text", text=_answer_text(output))],
+        text = answer_with_sources(output.answer, output.termination, output.sources, output.unvisited_citations)
+        return CallToolResult(content=[TextContent(type="text", text=text)],
                               structured_content=output.model_dump(mode="json"))
 
     server.add_tool(research, description="Research a question with the local deep-research agent: it searches, "
@@ -218,16 +219,6 @@ class _Progress:
         if len(message) > MAX_PROGRESS_MESSAGE:
             message = message[:MAX_PROGRESS_MESSAGE - 1] + "…"
         return self.last, self.total, message
-
-
-def _answer_text(output: ResearchOutput) -> str:
-    """The text result of ``research``: the answer, its sources numbered, unvisited citations flagged."""
-    text = output.answer or f"(no answer: the research ended with '{output.termination}')"
-    if output.sources:
-        text += "\n\nSources:\n" + "\n".join(f"{i}. {url}" for i, url in enumerate(output.sources, 1))
-    if output.unvisited_citations:
-        text += "\n\nCited but never read: " + ", ".join(output.unvisited_citations)
-    return text
 
 
 async def _call(registry: ToolRegistry, name: str, arguments: dict[str, Any]) -> str:

@@ -29,12 +29,25 @@ from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
 from venus_edge.tools.base import Tool
 from venus_edge.trajectory import Trajectory, read_journal
 
-__all__ = ["QuestionTooLongError", "QueueFullError", "ResearchService", "SessionHandle", "SessionRequest"]
+__all__ = ["QuestionTooLongError", "QueueFullError", "ResearchService", "SessionHandle", "SessionRequest",
+           "answer_with_sources"]
 
 logger = logging.getLogger(__name__)
 
 #: Retry-After for a full queue before any session has finished (no timing known yet), in seconds.
 DEFAULT_SESSION_S = 30.0
+
+
+def answer_with_sources(answer: str | None, termination: str, sources: Sequence[str],
+                        unvisited_citations: Sequence[str]) -> str:
+    """A finished session as one text for a chat or MCP client: the answer (or why there is none), its sources
+    numbered, and the URLs it cites that no tool read."""
+    text = answer or f"(no answer: the research ended with '{termination}')"
+    if sources:
+        text += "\n\nSources:\n" + "\n".join(f"{i}. {url}" for i, url in enumerate(sources, 1))
+    if unvisited_citations:
+        text += "\n\nCited but never read: " + ", ".join(unvisited_citations)
+    return text
 
 
 class QuestionTooLongError(ValueError):
