@@ -102,12 +102,13 @@ class _progress_bar:
     def __enter__(self) -> Any:
         if not self.quiet:
             try:
+                from rich.console import Console
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             except ImportError:
                 pass
-            else:
+            else:  # on stderr: stdout carries the report
                 self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                    TimeElapsedColumn(), transient=True)
+                                    TimeElapsedColumn(), transient=True, console=Console(stderr=True))
                 self.bar.start()
                 self.task = self.bar.add_task("bench", total=self.total)
         return self.advance
