@@ -140,7 +140,7 @@ def test_a_full_queue_answers_429_with_retry_after_and_a_queued_session_can_be_c
     with server:
         running = httpx.post(f"{server.url}/v1/research", json={"question": "one", "stream": False}).json()
         deadline = time.monotonic() + 10
-        while service.running == 0 and time.monotonic() < deadline:
+        while not engine.prompts and time.monotonic() < deadline:  # "one" is decoding
             time.sleep(0.01)
         queued = httpx.post(f"{server.url}/v1/research", json={"question": "two", "stream": False}).json()
         refused = httpx.post(f"{server.url}/v1/research", json={"question": "three", "stream": False})
@@ -371,14 +371,15 @@ def test_sessions_decode_side_by_side_when_there_are_several_engines(journal: Pa
     service = ResearchService(engines, [], AgentConfig(), journal_path=journal, max_queue=4)
     handles = [service.submit(SessionRequest(f"q{n}")) for n in range(3)]
     deadline = time.monotonic() + 10
-    while service.running < 2 and time.monotonic() < deadline:
+    # Both engines decoding (a worker counts as running a moment before its engine sees the prompt).
+    while not all(engine.prompts for engine in engines) and time.monotonic() < deadline:
         time.sleep(0.01)
     states = sorted(handle.state for handle in handles)
     for handle in handles:
         service.cancel(handle.session_id)
     service.close()
-    assert states == ["queued", "running", "running"]
     assert all(engine.prompts for engine in engines)
+    assert states == ["queued", "running", "running"]
 
 
 def test_a_burst_of_submits_never_queues_more_than_max_queue(journal: Path) -> None:
