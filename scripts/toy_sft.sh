@@ -3,8 +3,8 @@
 #   world + oracle trajectories -> clean -> tiny Qwen3 with a small BPE, pretrained to copy -> eval before -> SFT
 #   -> GGUF -> eval after
 #   bash scripts/toy_sft.sh [OUT]            (default runs/toy-sft; set up .venv first: bash scripts/setup.sh)
-# Settings: SEEDS, PEOPLE (default 120), EPOCHS (default 8), HIDDEN (128), LAYERS (2), PRETRAIN (copy-pretraining
-# steps, default 300), EVAL_LIMIT (held-out questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10:
+# Settings: SEEDS, PEOPLE (default 120), EPOCHS (default 4), HIDDEN (128), LAYERS (2), PRETRAIN (copy-pretraining
+# steps, default 2000), EVAL_LIMIT (held-out questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10:
 # a random model retries every turn 5 times).
 # The no-tool baseline is the best constant answer per question kind, read from the training answers.
 # Prints one line per seed (well-formed turn rate and accuracy on held-out questions, before and after) and writes
@@ -14,10 +14,10 @@ cd "$(dirname "$0")/.."
 OUT=${1:-runs/toy-sft}
 SEEDS=${SEEDS:-"0 1 2"}
 PEOPLE=${PEOPLE:-120}
-EPOCHS=${EPOCHS:-8}
+EPOCHS=${EPOCHS:-4}
 HIDDEN=${HIDDEN:-128}
 LAYERS=${LAYERS:-2}
-PRETRAIN=${PRETRAIN:-300}
+PRETRAIN=${PRETRAIN:-2000}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 BEFORE_LIMIT=${BEFORE_LIMIT:-10}
 mkdir -p "$OUT"

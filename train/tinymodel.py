@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from venus_edge.protocol import (
     CONTEXT_LIMIT_NOTICE,
@@ -23,7 +23,7 @@ from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.train.data import load_samples
 
-__all__ = ["pretrain_copying", "write_tiny_model"]
+__all__ = ["copy_window", "pretrain_copying", "write_tiny_model"]
 
 _TEXT_SUFFIXES = (".md", ".txt", ".html", ".htm")
 
@@ -75,68 +75,99 @@ def write_tiny_model(
     return write_tiny_qwen3(out, config=config, seed=seed, tokenizer_dir=tokenizer_dir)
 
 
+def copy_window(stream: Sequence[int], rng: Any, *, length: int, span: int) -> tuple[list[int], list[bool]]:
+    """One row of the copying curriculum: ``length`` tokens of ``stream`` from a random start, over which a span of 4
+    to ``span`` tokens, drawn at random from the window's own tokens, is written twice: at a random place and again
+    at a random place after it.
+
+    Returns:
+        (ids, repeated): ``repeated[k]`` is True for the tokens of the repeat after its first, the ones a model
+        predicts by finding the span earlier in the row (the first token of a repeat cannot be foreseen).
+
+    Raises:
+        ValueError: a stream not longer than ``length``, or ``length < 2 * span``, or ``span < 4``.
+    """
+    if length < 2 * span or span < 4:
+        raise ValueError(f"a window of {length} tokens cannot hold a span of {span} and its repeat (span >= 4)")
+    if len(stream) <= length:
+        raise ValueError(f"the texts hold {len(stream)} tokens, fewer than one window of {length}")
+    start = rng.randrange(len(stream) - length)
+    row = list(stream[start:start + length])
+    tokens = sorted(set(row))
+    size = rng.randint(4, span)
+    source = rng.randrange(length - 2 * size + 1)
+    target = rng.randrange(source + size, length - size + 1)
+    # Tokens drawn one by one from the window's: a sequence nothing but the copy predicts (a span of the templated
+    # texts would be predictable from the text around it, and the model then learns the templates, not to look back)
+    row[source:source + size] = row[target:target + size] = [rng.choice(tokens) for _ in range(size)]
+    repeated = [False] * length
+    repeated[target + 1:target + size] = [True] * (size - 1)
+    return row, repeated
+
+
 def pretrain_copying(
-    model_dir: str | Path, texts: Sequence[str | Path], *, steps: int = 400, batch: int = 32, span: int = 48,
-    learning_rate: float = 3e-3, seed: int = 0,
+    model_dir: str | Path, texts: Sequence[str | Path], *, steps: int = 2000, batch: int = 32, span: int = 24,
+    length: int = 64, learning_rate: float = 3e-3, seed: int = 0,
 ) -> list[float]:
-    """Pretrain a tiny model in place on the induction curriculum: a random span of the texts, then the same
-    span again, with the language-model loss on every token.
+    """Pretrain a tiny model in place on an induction curriculum (``copy_window``): windows of the texts in which a
+    span of random tokens appears twice, a random distance apart; the loss is the language-model loss on every
+    token plus the mean loss of the repeats.
 
     A research agent copies all the time (the question's names into a query, a URL out of the results, a fact out
-    of a page), and a random model learns copying from a few hundred SFT trajectories far too slowly: the toy run
-    with unseen held-out names stayed at the no-tool baseline. The second half of each sequence is predictable only
-    by looking back (an induction head, Olsson et al. 2022), which a 2-4 layer model learns in a few hundred
-    steps. The spans come from the given texts (the training trajectories), so the curriculum holds no fact the
-    model is later tested on.
+    of a page). A repeat of random tokens is predictable only by finding the span earlier in the window by its
+    content (an induction head, Olsson et al. 2022). Two earlier designs taught something else: a span repeated
+    right after itself teaches copying the token a fixed distance back (0 % top-1 on repeats at other distances),
+    and a repeated span of the templated texts is mostly predictable from the text around it. With this curriculum
+    a hidden-128, 2-layer model leaves the plateau (loss ~4.3, guessing among the window's tokens) after ~700
+    steps and reaches ~0.3-0.9 by 2,000. The windows come from the given texts (the training trajectories), so
+    the curriculum holds no fact the model is later tested on.
 
     Args:
         model_dir: a checkpoint folder (``write_tiny_model``'s), overwritten with the pretrained weights.
         texts: what ``write_tiny_model`` accepts.
-        steps, batch, span, learning_rate: AdamW with cosine decay over ``steps`` of ``batch`` sequences of
-            ``2 * span + 1`` tokens.
+        steps, batch, learning_rate: AdamW with cosine decay over ``steps`` of ``batch`` windows.
+        span: the longest repeated span in tokens (each is 4 to ``span`` long).
+        length: tokens per window.
 
     Returns:
-        each step's loss on the repeated half (it falls towards 0 once the model copies).
+        each step's mean loss on the repeats' predictable tokens (all but their first); it falls towards 0 once
+        the model copies.
 
     Raises:
-        ValueError: texts shorter than one span.
+        ValueError: texts shorter than one window, or a window shorter than two spans.
     """
     import random
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
 
+    copy_window(range(length + 1), random.Random(0), length=length, span=span)  # bad sizes fail before loading
     folder = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     stream: list[int] = []
     for text in _texts([Path(t) for t in texts]):
         stream.extend(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if len(stream) <= span:
-        raise ValueError(f"the texts hold {len(stream)} tokens, fewer than one span of {span}")
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    separator = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.01)
     schedule = get_cosine_schedule_with_warmup(optimizer, max(1, steps // 20), steps)
     losses = []
     model.train()
     for _ in range(steps):
-        rows = []
-        for _ in range(batch):
-            start = rng.randrange(len(stream) - span)
-            piece = stream[start:start + span]
-            rows.append(piece + [separator] + piece)
+        rows, masks = zip(*(copy_window(stream, rng, length=length, span=span) for _ in range(batch)))
         ids = torch.tensor(rows)
+        repeats = torch.tensor(masks)[:, 1:]  # per_token[:, k] predicts token k + 1
         logits = model(input_ids=ids).logits[:, :-1]
         per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
                                                       reduction="none").view(batch, -1)
-        loss = per_token.mean()
+        copy_loss = per_token[repeats].mean()
+        loss = per_token.mean() + copy_loss  # the repeats are a few percent of the tokens: weigh them up
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(round(per_token[:, span:].mean().item(), 4))  # the repeated half
+        losses.append(round(copy_loss.item(), 4))
     model.save_pretrained(folder, safe_serialization=True)
     return losses
