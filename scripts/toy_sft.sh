@@ -4,7 +4,7 @@
 #   -> GGUF -> eval after
 #   bash scripts/toy_sft.sh [OUT]            (default runs/toy-sft; set up .venv first: bash scripts/setup.sh)
 # Settings: SEEDS, PEOPLE (default 120), EPOCHS (default 4), HIDDEN (128), LAYERS (2), PRETRAIN (copy-pretraining
-# steps, default 2000), EVAL_LIMIT (held-out questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10:
+# steps, default 3500), EVAL_LIMIT (held-out questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10:
 # a random model retries every turn 5 times).
 # The no-tool baseline is the best constant answer per question kind, read from the training answers.
 # Prints one line per seed (well-formed turn rate and accuracy on held-out questions, before and after) and writes
@@ -17,7 +17,7 @@ PEOPLE=${PEOPLE:-120}
 EPOCHS=${EPOCHS:-4}
 HIDDEN=${HIDDEN:-128}
 LAYERS=${LAYERS:-2}
-PRETRAIN=${PRETRAIN:-2000}
+PRETRAIN=${PRETRAIN:-3500}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 BEFORE_LIMIT=${BEFORE_LIMIT:-10}
 mkdir -p "$OUT"
@@ -40,7 +40,7 @@ output_dir: run
 epochs: $EPOCHS
 global_batch_size: 16
 micro_batch_size: 4
-learning_rate: 2.0e-3
+learning_rate: 1.0e-3
 warmup_ratio: 0.05
 gradient_checkpointing: false
 seed: $SEED

@@ -34,7 +34,7 @@ _MODULE_EXPORTS = {
     "igpo_trainer": ("IGPOConfig", "IGPOResult", "train_igpo"),
     "resampling": ("DEFAULT_MULTIPLIERS", "DEFAULT_THRESHOLDS", "ResampleReport", "resample"),
     "sft": ("LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft"),
-    "tinymodel": ("copy_window", "pretrain_copying", "write_tiny_model"),
+    "tinymodel": ("COPY_PHASES", "copy_window", "pretrain_copying", "write_tiny_model"),
     "tokenize": ("TokenizedSample", "tokenize_messages", "tokenize_samples"),
     "toyworld": ("OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "run_oracle"),
 }
