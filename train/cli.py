@@ -87,7 +87,7 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--pretrain-copying", type=int, default=0, metavar="STEPS",
                       help="then pretrain it STEPS steps to copy: random spans repeated at random distances in "
-                           "windows of the texts (~2000 for hidden 128; default 0: random weights)")
+                           "windows of the texts (3500 for hidden 128, as toy_sft.sh; default 0: random weights)")
     tiny.set_defaults(_command_parser=tiny)
 
 
