@@ -3,7 +3,7 @@
 #   world + oracle trajectories -> clean -> tiny Qwen3 with a small BPE, pretrained to copy -> eval before -> SFT
 #   -> GGUF -> eval after
 #   bash scripts/toy_sft.sh [OUT]            (default runs/toy-sft; set up .venv first: bash scripts/setup.sh)
-# Settings: SEEDS, PEOPLE (default 120), EPOCHS (default 4), HIDDEN (128), LAYERS (2), PRETRAIN (copy-pretraining
+# Settings: SEEDS, PEOPLE (default 120), EPOCHS (default 8), HIDDEN (128), LAYERS (2), PRETRAIN (copy-pretraining
 # steps, default 3500), EVAL_LIMIT (held-out questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10:
 # a random model retries every turn 5 times).
 # The no-tool baseline is the best constant answer per question kind, read from the training answers.
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-runs/toy-sft}
 SEEDS=${SEEDS:-"0 1 2"}
 PEOPLE=${PEOPLE:-120}
-EPOCHS=${EPOCHS:-4}
+EPOCHS=${EPOCHS:-8}
 HIDDEN=${HIDDEN:-128}
 LAYERS=${LAYERS:-2}
 PRETRAIN=${PRETRAIN:-3500}

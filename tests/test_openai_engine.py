@@ -62,6 +62,40 @@ def test_generation_streams_text_token_ids_and_logprobs(engine, local):
     assert short.finish_reason == "length" and len(short.token_ids) == 3 and short.logprobs is None
 
 
+def test_the_end_of_generation_token_is_reported_apart_from_the_completion(engine):
+    prompt = engine.tokenize(CHAT)
+    sampling = dataclasses.replace(GREEDY, max_tokens=40, logprobs=True)
+    ended = engine.generate(prompt, sampling=sampling, grammar='root ::= "Paris."')
+    assert ended.finish_reason == "eog" and ended.text == "Paris."
+    assert ended.end_token == engine.single_token_id("<|im_end|>") and ended.end_token not in ended.token_ids
+    assert ended.end_logprob is not None and ended.end_logprob <= 0
+    assert engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=40),
+                           grammar='root ::= "Paris."').end_logprob is None  # no log-probs asked for
+    cut = engine.generate(prompt, sampling=dataclasses.replace(sampling, max_tokens=2))
+    assert cut.finish_reason == "length" and cut.end_token is None and len(cut.token_ids) == 2
+
+
+def test_exact_token_ids_list_every_sampled_token_across_split_characters(llama_server, local):
+    """llama-server's streamed and OpenAI-form replies leave out the tokens that end inside a UTF-8 character (an
+    emoji is several byte tokens in SmolLM2's vocabulary); ``exact_token_ids`` asks for the whole completion with
+    its ids, which RL rollouts train on."""
+    text = "rocket \U0001f680 and caf\u00e9"
+    grammar = 'root ::= "' + text + '"'
+    sampling = dataclasses.replace(GREEDY, max_tokens=40, logprobs=True)
+    with OpenAIEngine(llama_server.url, exact_token_ids=True) as exact:
+        prompt = exact.tokenize(CHAT)
+        whole = exact.generate(prompt, sampling=sampling, grammar=grammar)
+        assert whole.text == text and local.detokenize(whole.token_ids) == text
+        assert whole.finish_reason == "eog" and whole.end_token == exact.single_token_id("<|im_end|>")
+        assert whole.stats.tokens_decoded == len(whole.token_ids) + 1
+        assert len(whole.logprobs) == len(whole.token_ids)
+        assert all(value <= 0 for value in whole.logprobs if value == value)  # NaN: the server sent none
+        short = exact.generate(prompt, sampling=dataclasses.replace(sampling, max_tokens=3), grammar=grammar)
+        assert short.finish_reason == "length" and len(short.token_ids) == 3 and short.end_token is None
+        with pytest.raises(ValueError, match="single tokens only"):  # <tool_response> is text in this vocabulary
+            exact.generate(prompt, sampling=sampling, stop=protocol.STOP_STRINGS)
+
+
 def test_the_stop_rules_are_the_engines_not_the_servers(engine):
     """The server is sent no stop strings (it would match them as text); the engine applies the protocol's rule:
     a mention in the reasoning is text, a hallucinated observation after the action is cut."""

@@ -157,7 +157,10 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _train(load: Callable[[], Any], train: Callable[[Any], Any]) -> Any:
-    """Load a run's config and train it; a bad config is exit code 2, missing data or a mismatched checkpoint 3."""
+    """Load a run's config and train it; a bad config is exit code 2, missing data or a mismatched checkpoint 3,
+    a rollout server that cannot be given the policy 4 (the last checkpoint stays: rerun to resume)."""
+    from venus_edge.train.igpo_trainer import RolloutServerError
+
     try:
         config = load()
     except (OSError, ValueError) as exc:
@@ -168,6 +171,9 @@ def _train(load: Callable[[], Any], train: Callable[[Any], Any]) -> Any:
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except RolloutServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 4
 
 
 def _sft(args: argparse.Namespace) -> int:

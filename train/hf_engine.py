@@ -179,8 +179,10 @@ class TransformersEngine:
         stats = GenerationStats(prompt_tokens=len(prompt), prompt_tokens_evaluated=len(prompt) - reused,
                                 prompt_tokens_reused=reused, tokens_decoded=len(sampled), prefill_s=first - start,
                                 decode_s=end - first)
+        ended = len(kept) < len(sampled)
         return Completion(stream.text, kept, finish, stream.stop_hit, stats,
-                          logprobs[:len(kept)] if sampling.logprobs else None)
+                          logprobs[:len(kept)] if sampling.logprobs else None, sampled[-1] if ended else None,
+                          logprobs[-1] if ended and sampling.logprobs else None)
 
     # ------------------------------------------------------------------------------------------- KV cache
     def _prefill(self, prompt: list[int]) -> int:

@@ -20,14 +20,17 @@ scoring (an over-long context, a broken engine) ends the rollout with outcome 0 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from venus_edge.eval.metrics import exact_match, token_f1
+from venus_edge.train.hf_engine import GenerationCall
 from venus_edge.train.igpo import TurnReward, information_gains
 from venus_edge.train.igpo_scoring import pseudo_answer, score_boundaries
 
-__all__ = ["Rollout", "TrainingSequence", "assemble", "outcome_score", "run_rollout", "turn_rewards"]
+__all__ = ["RecordingEngine", "Rollout", "TrainingSequence", "assemble", "outcome_score", "run_rollout",
+           "turn_rewards"]
 
 
 @dataclass
@@ -44,6 +47,45 @@ class TrainingSequence:
 
     def cut(self, length: int) -> TrainingSequence:
         return TrainingSequence(self.ids[:length], self.turn_of[:length], self.old_logprobs[:length])
+
+
+class RecordingEngine:
+    """Any token-in/token-out ``Engine`` (``OpenAIEngine`` on vLLM, or on llama-server with ``exact_token_ids``)
+    that records its calls as ``TransformersEngine`` does, for ``run_rollout``: each call's prompt ids, the ids
+    sampled (the token that ended generation included, ``Completion.end_token``) and their log-probabilities as
+    the server computed them, NaN where it sent none (the trainer recomputes old log-probs on the policy).
+
+    One recorder per rollout in flight; the engine under it may be shared by several (``OpenAIEngine`` is
+    thread-safe). Everything else (``n_ctx``, ``tokenize``, ``complete``...) is the wrapped engine's.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.calls: list[GenerationCall] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.engine.n_ctx)
+
+    def reset_calls(self) -> list[GenerationCall]:
+        """Return the recorded calls and start a new record."""
+        calls, self.calls = self.calls, []
+        return calls
+
+    def generate(self, prompt_ids: Sequence[int], *, sampling: Any, **options: Any) -> Any:
+        """``Engine.generate`` on the wrapped engine, recorded."""
+        completion = self.engine.generate(prompt_ids, sampling=sampling, **options)
+        ids = list(completion.token_ids)
+        known = completion.logprobs is not None and len(completion.logprobs) == len(ids)
+        logprobs = list(completion.logprobs) if known else [math.nan] * len(ids)
+        if completion.end_token is not None:
+            ids.append(completion.end_token)
+            logprobs.append(completion.end_logprob if known and completion.end_logprob is not None else math.nan)
+        self.calls.append(GenerationCall(tuple(prompt_ids), tuple(ids), tuple(logprobs)))
+        return completion
 
 
 @dataclass
@@ -211,7 +253,7 @@ def run_rollout(
     """Run one session through ``Agent`` on ``engine`` and return it with its sequences and rewards.
 
     Args:
-        engine: a recording engine (``TransformersEngine``); its ``calls`` are reset here.
+        engine: a recording engine (``TransformersEngine``, ``RecordingEngine``); its ``calls`` are reset here.
         tools: the session's tools.
         answers: accepted answers (aliases); the first is scored in the pseudo-answer.
         agent_config: ``AgentConfig`` (``max_retries=1`` keeps malformed turns in the context, as in training).

@@ -9,10 +9,21 @@ lr 1e-6, PPO clip 0.2 (dual clip 3), low-variance KL 0.001 to the SFT reference,
 ``visit`` turns as a log-prob difference, ``scaled_separate`` normalization, gamma 0.95, format penalty -1.
 
 Each step: ``questions_per_step`` questions are drawn (seeded by the step, so a resumed run draws the same ones),
-``group_size`` rollouts of each are sampled by the current policy on ``TransformersEngine``, one after another on
-this process (under ``accelerate launch`` every process repeats them: sharding rollouts, or taking them from a vLLM
-server through the runtime's ``OpenAIEngine``, is not built yet), rewards and advantages are
-computed (``igpo``, ``igpo_rollout``), and the policy takes one optimizer step over every trained token. Progress
+``group_size`` rollouts of each are sampled by the current policy, rewards and advantages are computed (``igpo``,
+``igpo_rollout``), and the policy takes one optimizer step over every trained token. Rollouts are sampled
+
+- in this process on ``TransformersEngine``, one after another (``rollout_server`` unset); or
+- on a model server through the runtime's ``OpenAIEngine``, ``rollout_concurrency`` sessions at once (the server
+  batches them): ``rollout_server: llama-server`` starts llama.cpp's server on a GGUF export of the policy (in the
+  training dtype) and restarts it on the new weights after every step; ``rollout_server: http://host:port`` uses
+  a running server (vLLM, SGLang, llama-server), and ``sync_command`` (run before every step's rollouts with
+  ``{model_dir}`` replaced by a folder holding the policy as a Hugging Face checkpoint) must make it serve those
+  weights (e.g. a script calling vLLM's weight-reload endpoint). Token ids are the server's own (on llama-server
+  through ``OpenAIEngine(exact_token_ids=True)``); PPO's old log-probabilities are recomputed on the policy, one
+  forward per sequence (the largest gap from the server's is logged as ``server_logprob_gap``); the information
+  gain is scored here, on the policy.
+
+Under ``accelerate launch`` every process repeats the rollouts (sharding them across processes is not built). Progress
 (reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``; checkpoints
 (``OUT/checkpoints/step-N``) are written atomically and a rerun resumes from the newest.
 """
@@ -22,8 +33,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import random
+import shlex
+import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date as Date
 from pathlib import Path
@@ -31,9 +47,13 @@ from typing import Any, ClassVar, Sequence
 
 from venus_edge.train.config import ConfigFile, betas, flag, number, optional, paths, text
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
-from venus_edge.train.igpo_rollout import Rollout, run_rollout
+from venus_edge.train.igpo_rollout import RecordingEngine, Rollout, run_rollout
 
-__all__ = ["IGPOConfig", "IGPOResult", "train_igpo"]
+__all__ = ["IGPOConfig", "IGPOResult", "RolloutServerError", "train_igpo"]
+
+
+class RolloutServerError(RuntimeError):
+    """The rollout server could not be given the policy: ``sync_command`` failed, or llama-server did not start."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,10 @@ class IGPOConfig(ConfigFile):
         learning_rate, adam_betas, weight_decay, max_grad_norm: AdamW.
         max_turns, max_tokens, n_ctx, temperature, top_p, top_k, presence_penalty, search_results: the rollouts'
             agent settings (max_tokens is per turn).
+        rollout_server: None (rollouts in this process), ``llama-server`` (a managed llama.cpp server on the
+            policy's GGUF export) or the URL of a running OpenAI-compatible server (needs ``sync_command``).
+        rollout_concurrency: rollouts in flight at once on a server (its parallel slots).
+        sync_command: with a server URL, the shell command that loads ``{model_dir}`` into it before each step.
         dtype, seed, save_every, keep_checkpoints: as in SFT.
     """
 
@@ -87,6 +111,9 @@ class IGPOConfig(ConfigFile):
     top_k: int = 0
     presence_penalty: float = 0.0
     search_results: int = 10
+    rollout_server: str | None = None
+    rollout_concurrency: int = 8
+    sync_command: str | None = None
     dtype: str = "float32"
     seed: int = 0
     save_every: int = 1
@@ -114,6 +141,16 @@ class IGPOConfig(ConfigFile):
             raise ValueError(f"dtype {self.dtype!r}: use float32, bfloat16 or float16")
         if self.save_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("save_every and keep_checkpoints must be >= 1")
+        if self.rollout_concurrency < 1:
+            raise ValueError("rollout_concurrency must be >= 1")
+        server = self.rollout_server
+        if server is not None and server != "llama-server" and not server.startswith(("http://", "https://")):
+            raise ValueError(f"rollout_server must be llama-server or an http(s) URL, got {server!r}")
+        if server is not None and server != "llama-server" and not self.sync_command:
+            raise ValueError("a rollout_server URL needs sync_command: the server must serve the policy being "
+                             "trained, loaded from {model_dir} before every step")
+        if self.sync_command is not None and "{model_dir}" not in self.sync_command:
+            raise ValueError("sync_command must name {model_dir}, the folder the policy is saved to")
 
     @property
     def scored_tools(self) -> frozenset[str] | None:
@@ -129,6 +166,7 @@ IGPOConfig.converters = {
     "temperature": number(float), "top_p": number(float), "top_k": number(int), "presence_penalty": number(float),
     "search_results": number(int), "seed": number(int), "save_every": number(int), "keep_checkpoints": number(int),
     "score_after": text, "ig_kind": text, "normalization": text, "outcome_metric": text, "dtype": text,
+    "rollout_server": optional(text), "rollout_concurrency": number(int), "sync_command": optional(text),
 }
 
 
@@ -176,7 +214,6 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     from venus_edge.agent import AgentConfig
     from venus_edge.engine import SamplingParams
     from venus_edge.eval.data import load_examples
-    from venus_edge.toolbox import close_tools, default_tools
     from venus_edge.train.hf_engine import TransformersEngine
     from venus_edge.train.sft import _checkpoints, _Progress, _save_checkpoint, _save_final
 
@@ -228,8 +265,11 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                           str(accelerator.distributed_type.value))
 
     policy = accelerator.unwrap_model(model)
-    engine = TransformersEngine(policy, tokenizer, n_ctx=config.n_ctx)
-    tools = default_tools(list(config.corpus), search_results=config.search_results)
+    local_engine = TransformersEngine(policy, tokenizer, n_ctx=config.n_ctx) if not config.rollout_server else None
+    server = _RolloutServer(config, output_dir / "rollout-policy") if config.rollout_server else None
+    tools = _ToolsPerThread(config)
+    pool = ThreadPoolExecutor(config.rollout_concurrency) if server is not None and config.rollout_concurrency > 1 \
+        else None
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                               presence_penalty=config.presence_penalty, max_tokens=config.max_tokens, logprobs=True)
     last: dict[str, Any] = {}
@@ -242,24 +282,32 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                 drawn = random.Random(config.seed * 1_000_003 + step).sample(
                     examples, min(config.questions_per_step, len(examples)))
                 policy.eval()
-                engine.forget_cache()
-                rollouts: list[Rollout] = []
-                for q, example in enumerate(drawn):
-                    for g in range(config.group_size):
-                        # the agent samples turn k with seed + k: rollouts' seeds lie max_turns + 2 apart
-                        rollout_seed = ((config.seed * 7919 + step) * 100_003 + q * config.group_size + g) * (
-                            config.max_turns + 2)
-                        agent_config = AgentConfig(max_turns=config.max_turns, max_retries=1, sampling=sampling,
-                                                   seed=rollout_seed, today=today,
-                                                   answer_reserve_tokens=min(1024, config.n_ctx // 4))
-                        rollouts.append(run_rollout(
-                            engine, tools, example.question, example.answers, group=f"{q}:{example.id}",
-                            agent_config=agent_config, outcome_metric=config.outcome_metric,
-                            model=policy if config.information_gain else None,
-                            encode=tokenizer if config.information_gain else None,
-                            information_gain=config.information_gain, score_after=config.scored_tools,
-                            ig_kind=config.ig_kind, format_penalty=config.format_penalty))
-                rollout_s = time.perf_counter() - started
+                served = server.serve(policy, tokenizer) if server is not None else None
+                if local_engine is not None:
+                    local_engine.forget_cache()
+                sampling_started = time.perf_counter()  # the server's weight sync is not rollout time
+
+                def rollout(job: tuple[int, int, Any]) -> Rollout:
+                    q, g, example = job
+                    # the agent samples turn k with seed + k: rollouts' seeds lie max_turns + 2 apart
+                    rollout_seed = ((config.seed * 7919 + step) * 100_003 + q * config.group_size + g) * (
+                        config.max_turns + 2)
+                    agent_config = AgentConfig(max_turns=config.max_turns, max_retries=1, sampling=sampling,
+                                               seed=rollout_seed, today=today,
+                                               answer_reserve_tokens=min(1024, config.n_ctx // 4))
+                    engine = local_engine if served is None else RecordingEngine(served)
+                    return run_rollout(
+                        engine, tools.get(), example.question, example.answers,
+                        group=f"{q}:{example.id}", agent_config=agent_config, outcome_metric=config.outcome_metric,
+                        model=policy if config.information_gain else None,
+                        encode=tokenizer if config.information_gain else None,
+                        information_gain=config.information_gain, score_after=config.scored_tools,
+                        ig_kind=config.ig_kind, format_penalty=config.format_penalty)
+
+                jobs = [(q, g, example) for q, example in enumerate(drawn) for g in range(config.group_size)]
+                rollouts = list(pool.map(rollout, jobs)) if pool is not None else [rollout(job) for job in jobs]
+                rollout_s = time.perf_counter() - sampling_started
+                logprob_gap = _recompute_old_logprobs(policy, rollouts, accelerator.device) if served else None
                 metrics = _update(config, model, reference, optimizer, accelerator, rollouts)
                 generated = sum(s.trained_tokens for r in rollouts for s in r.sequences)
                 gains = [r.value for x in rollouts for r in x.rewards if r.kind == "information_gain"]
@@ -273,6 +321,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                     "tool_calls": round(sum(r.tool_calls for r in rollouts) / len(rollouts), 3),
                     "failures": sum(r.failure is not None for r in rollouts),
                     "rollout_tokens_per_s": round(generated / rollout_s, 1) if rollout_s else None,
+                    "server_logprob_gap": logprob_gap,
                     "step_s": round(time.perf_counter() - started, 2),
                 }
                 if accelerator.is_main_process:
@@ -284,9 +333,126 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                 if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
                     _save_checkpoint(accelerator, output_dir, step + 1, fingerprint, config.keep_checkpoints)
     finally:
-        close_tools(tools)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        tools.close()
+        if server is not None:
+            server.close()
     final_dir = _save_final(accelerator, model, tokenizer, output_dir)
     return IGPOResult(config.steps, start, final_dir, last, str(accelerator.distributed_type.value))
+
+
+def _recompute_old_logprobs(policy: Any, rollouts: Sequence[Rollout], device: Any) -> float | None:
+    """Replace the old log-probs of server rollouts with the policy's own (one forward per sequence, as verl's
+    ``compute_log_prob``): the server may send none for some tokens, and its arithmetic differs from the trainer's.
+    Returns the largest difference from the log-probs the server sent (None if it sent none): how far the
+    server's numbers were from the policy's."""
+    import torch
+
+    gap: float | None = None
+    for rollout in rollouts:
+        for sequence in rollout.sequences:
+            with torch.no_grad():
+                own = [0.0] + _sequence_logprobs(policy, sequence.ids, device).tolist()
+            for i, turn in enumerate(sequence.turn_of):
+                if turn >= 0 and not math.isnan(sequence.old_logprobs[i]):
+                    gap = max(gap or 0.0, abs(sequence.old_logprobs[i] - own[i]))
+            sequence.old_logprobs = [value if turn >= 0 else 0.0 for value, turn in zip(own, sequence.turn_of)]
+    return round(gap, 6) if gap is not None else None
+
+
+class _ToolsPerThread:
+    """The corpus's ``search`` and ``visit`` tools, one set per thread that runs rollouts (a tool keeps state
+    between calls: its session's pages)."""
+
+    def __init__(self, config: IGPOConfig) -> None:
+        self._config = config
+        self._local = threading.local()
+        self._made: list[list[Any]] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> list[Any]:
+        from venus_edge.toolbox import default_tools
+
+        tools = getattr(self._local, "tools", None)
+        if tools is None:
+            tools = default_tools(list(self._config.corpus), search_results=self._config.search_results)
+            self._local.tools = tools
+            with self._lock:
+                self._made.append(tools)
+        return tools
+
+    def close(self) -> None:
+        from venus_edge.toolbox import close_tools
+
+        for tools in self._made:
+            close_tools(tools)
+        self._made.clear()
+
+
+class _RolloutServer:
+    """The model server rollouts are sampled on, serving the current policy (``IGPOConfig.rollout_server``).
+
+    ``serve`` saves the policy to ``folder/hf`` (a Hugging Face checkpoint) and makes the server serve it: the
+    managed ``llama-server`` is restarted on a fresh GGUF export (``venus_edge.quantize.convert_checkpoint`` in the
+    training dtype); a server at a URL is given ``sync_command``. Returns an ``OpenAIEngine`` on it (with
+    ``exact_token_ids`` on llama-server).
+
+    Raises:
+        RolloutServerError: the sync command failed, or llama-server did not start.
+    """
+
+    _GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+    def __init__(self, config: IGPOConfig, folder: Path) -> None:
+        self.config = config
+        self.folder = folder
+        self.process: Any = None
+        self.engine: Any = None
+
+    def serve(self, policy: Any, tokenizer: Any) -> Any:
+        from venus_edge.openai_engine import OpenAIEngine
+
+        checkpoint = self.folder / "hf"
+        policy.config.use_cache = True
+        policy.save_pretrained(checkpoint, safe_serialization=True)
+        tokenizer.save_pretrained(checkpoint)
+        if self.config.rollout_server == "llama-server":
+            from venus_edge.quantize.convert import convert_checkpoint
+            from venus_edge.testing import LlamaServer
+
+            gguf = convert_checkpoint(checkpoint, self.folder / "policy.gguf",
+                                      out_type=self._GGUF_TYPES[self.config.dtype])
+            self.close()
+            slots = self.config.rollout_concurrency
+            kv = self._GGUF_TYPES[self.config.dtype]  # the KV cache in the training dtype too (default F16)
+            # flash attention works in F16: off for F32 training (log-probs then agree to ~1e-6, not ~1e-2)
+            exact = ("-fa", "off") if self.config.dtype == "float32" else ()
+            try:
+                self.process = LlamaServer(gguf, slots=slots, n_ctx=self.config.n_ctx * slots,
+                                           extra_args=("-ctk", kv, "-ctv", kv, *exact))
+            except (FileNotFoundError, RuntimeError) as exc:
+                raise RolloutServerError(f"the rollout llama-server did not start: {exc}") from exc
+            self.engine = OpenAIEngine(self.process.url, exact_token_ids=True)
+            return self.engine
+        command = self.config.sync_command.replace("{model_dir}", shlex.quote(str(checkpoint.resolve())))
+        done = subprocess.run(command, shell=True, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RolloutServerError(f"sync_command exited with {done.returncode}: "
+                                     f"{(done.stderr or done.stdout).strip()[-1000:]}")
+        if self.engine is None:
+            self.engine = OpenAIEngine(self.config.rollout_server)
+            # llama-server's streamed replies leave out the ids of tokens that end inside a UTF-8 character
+            self.engine.exact_token_ids = self.engine.server_kind == "llama-server"
+        return self.engine
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
 
 
 def _update(config: IGPOConfig, model: Any, reference: Any, optimizer: Any, accelerator: Any,

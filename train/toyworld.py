@@ -55,6 +55,7 @@ _FACT_PATTERNS = {
     "year": re.compile(r"born in [A-Z][a-z]+ in (\d{4})"),
     "trade": re.compile(r"By trade they were an? ([a-z]+)"),
     "mentor": re.compile(r"mentor was ([A-Z][a-z]+ [A-Z][a-z]+)"),
+    "name": re.compile(r"^# ([A-Z][a-z]+ [A-Z][a-z]+)$", re.MULTILINE),
 }
 #: The sentence of the page that states each fact; the oracle quotes it before using the fact, as a researcher
 #: quotes evidence (and so the fact is copied from the quote, a few tokens back, rather than from the page).
@@ -255,34 +256,41 @@ def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
 
     Turn by turn: search the subject; visit the result titled with the subject's name; read the fact (one hop:
     answer) or the mentor's name (two hops: search the mentor, visit their page, read the fact, answer).
+    Every turn's reasoning opens by restating what the question asks and says what this turn needs ("I need ...")
+    before it acts: a small model then finds the goal in the turn before (an earlier "I need" to copy from), not
+    only in the question hundreds of tokens back, behind the search results.
     """
     fact = question.kind.rstrip("2")
+    subject = question.subject
+    asks = GOALS[fact].format(name=subject if question.hops == 1 else f"the mentor of {subject}")
+    first_goal = GOALS[fact if question.hops == 1 else "mentor"].format(name=subject)
 
     def next_turn(prompt: str) -> str:
         messages = _messages(prompt)
         done = sum(1 for role, _ in messages if role == "assistant")
         observation = messages[-1][1] if messages and messages[-1][0] == "user" else ""
-        subject = question.subject
+        opening = f"The question asks {asks}."
         if done == 0:
-            return _call(f"I need {GOALS[fact if question.hops == 1 else 'mentor'].format(name=subject)}. "
-                         f"I will search for {subject}.", "search", {"query": [subject]})
+            return _call(f"{opening} I need {first_goal}. I will search for {subject}.", "search",
+                         {"query": [subject]})
         if done == 1:
-            goal = GOALS[fact if question.hops == 1 else "mentor"].format(name=subject)
-            return _call(f"The page of {subject} is in the results. I will read it.", "visit",
-                         {"url": [_url_of(observation, subject)], "goal": goal})
+            return _call(f"{opening} The page of {subject} is in the results. I need {first_goal}. I will read it.",
+                         "visit", {"url": [_url_of(observation, subject)], "goal": first_goal})
         if done == 2 and question.hops == 2:
             mentor = _fact(observation, "mentor")
-            return _call(f"The page says: {_quote(observation, 'mentor')} So the mentor of {subject} was {mentor}. "
-                         f"Now I need {GOALS[fact].format(name=mentor)}. I will search for {mentor}.", "search",
-                         {"query": [mentor]})
+            return _call(f"{opening} The page says: {_quote(observation, 'mentor')} So the mentor of {subject} was "
+                         f"{mentor}. Now I need {GOALS[fact].format(name=mentor)}. I will search for {mentor}.",
+                         "search", {"query": [mentor]})
         if done == 3 and question.hops == 2:
             mentor = _FACT_PATTERNS["mentor"].search(messages[-3][1] if len(messages) >= 3 else "")
             name = mentor.group(1) if mentor else ""
-            return _call(f"The page of {name} is in the results. I will read it.", "visit",
-                         {"url": [_url_of(observation, name)], "goal": GOALS[fact].format(name=name)})
+            goal = GOALS[fact].format(name=name)
+            return _call(f"{opening} The page of {name} is in the results. I need {goal}. I will read it.", "visit",
+                         {"url": [_url_of(observation, name)], "goal": goal})
         value = _fact(observation, fact)
-        return (f"The page says: {_quote(observation, fact)} So the answer is {value}.\n</think>\n\n"
-                f"<answer>\n{value}\n</answer>")
+        reader = subject if question.hops == 1 else _fact(observation, "name")
+        return (f"{opening} I need {GOALS[fact].format(name=reader)}. The page says: {_quote(observation, fact)} "
+                f"So the answer is {value}.\n</think>\n\n<answer>\n{value}\n</answer>")
 
     return next_turn
 

@@ -140,6 +140,10 @@ class Completion:
         stop_string: the stop string met, if any.
         stats: timing and KV-cache figures.
         logprobs: with ``SamplingParams.logprobs``, the log-probability of each of ``token_ids`` (natural log).
+        end_token: the sampled token that ended generation and is not in ``token_ids`` (an end-of-generation
+            token, or a stop string the vocabulary holds as one token), where the engine saw it; None otherwise.
+            RL rollouts train on it.
+        end_logprob: its log-probability, with ``SamplingParams.logprobs`` and where the engine has it.
     """
 
     text: str
@@ -148,6 +152,8 @@ class Completion:
     stop_string: str | None
     stats: GenerationStats
     logprobs: list[float] | None = None
+    end_token: int | None = None
+    end_logprob: float | None = None
 
 
 TokenCallback = Callable[[str], None]

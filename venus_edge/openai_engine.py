@@ -32,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import math
 import time
 import unicodedata
 from typing import Any, Iterator, Mapping, Sequence
@@ -70,6 +71,15 @@ class OpenAIEngine:
         max_retries: attempts of a request that fails with no answer, 429 or a 5xx.
         backoff_s: the first wait between attempts, in seconds; it doubles up to ``max_backoff_s``.
         client: an ``httpx.Client`` to use (tests, proxies); the engine makes its own otherwise.
+        exact_token_ids: for RL rollouts on llama-server, which leaves the ids (and log-probs) of tokens that end
+            inside a UTF-8 character out of its streamed and OpenAI-form replies: request each completion whole
+            from its native ``/completion`` with ``return_tokens``, which lists every sampled id. Stops are then
+            cut from the finished completion (single-token stop strings only; the server decodes past them), text
+            is not streamed, a cancel is not seen until the completion returns, and ``logprobs`` are NaN for the
+            tokens the server sent none for.
+
+    Attributes:
+        server_kind: ``llama-server`` (it answers ``/props``) or ``openai`` (vLLM, SGLang, others).
 
     Raises:
         EngineConnectionError: the server cannot be reached or does not say its context window.
@@ -91,6 +101,7 @@ class OpenAIEngine:
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
         client: httpx.Client | None = None,
+        exact_token_ids: bool = False,
     ) -> None:
         if max_retries < 1:
             raise ValueError(f"max_retries must be >= 1, got {max_retries}")
@@ -101,6 +112,7 @@ class OpenAIEngine:
                                               headers=headers, trust_env=False)
         self._owns_client = client is None
         self._closed = False
+        self.exact_token_ids = exact_token_ids
         self.model, server_n_ctx = self._discover(model)
         self._n_ctx = n_ctx or server_n_ctx
         if not self._n_ctx:
@@ -163,6 +175,8 @@ class OpenAIEngine:
         if room < 1 or not prompt:
             raise ContextOverflowError(len(prompt), self._n_ctx, "raise n_ctx or use the force-answer policy")
         max_tokens = min(sampling.max_tokens, room)
+        if self.exact_token_ids:
+            return self._generate_whole(prompt, max_tokens, sampling, stop, grammar, on_text, seed)
         body: dict[str, Any] = {
             "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k, "min_p": 0.0,
@@ -180,23 +194,36 @@ class OpenAIEngine:
         logprobs: list[float] = []
         finish: FinishReason = "length"
         report: dict[str, Any] = {}
+        ending: tuple[int, float] | None = None  # the end-of-generation or stop token, not part of the completion
+        textless: list[tuple[int, float]] = []  # tokens with no text yet: the end-of-generation one if none follows
         start = first = time.perf_counter()
         for chunk in self._stream("/v1/completions", body):
             report.update({key: chunk[key] for key in ("timings", "usage") if chunk.get(key)})
             choice = (chunk.get("choices") or [{}])[0]
             pieces = _token_pieces(choice)
-            if pieces and not token_ids and first == start:
+            if pieces and first == start:
                 first = time.perf_counter()
-            if any(token in stop_ids for token, _ in pieces):
-                finish, stream.stop_hit = "stop", stop_ids[next(t for t, _ in pieces if t in stop_ids)]
+            for token, logprob, has_text in pieces:
+                if token in stop_ids:
+                    ending, finish, stream.stop_hit = (token, logprob), "stop", stop_ids[token]
+                    break
+                if not has_text:
+                    textless.append((token, logprob))
+                    continue
+                token_ids += [t for t, _ in textless] + [token]
+                logprobs += [value for _, value in textless] + [logprob]
+                textless = []
+            if finish == "stop":
                 break
-            token_ids += [token for token, _ in pieces]
-            logprobs += [logprob for _, logprob in pieces]
             if stream.feed(str(choice.get("text") or "")):
                 finish = stream.finish_reason
                 break
             if choice.get("finish_reason") == "stop":
                 finish = "eog"
+        if finish == "eog" and textless:
+            ending = textless.pop()
+        token_ids += [t for t, _ in textless]
+        logprobs += [value for _, value in textless]
         if finish != "stop" or stream.stop_hit in stop_ids.values():
             stream.flush()
         if stream.cancelled:  # also when the cancel came with the final flush
@@ -205,8 +232,62 @@ class OpenAIEngine:
         evaluated = _evaluated(report, len(prompt))
         stats = GenerationStats(len(prompt), evaluated, len(prompt) - evaluated,
                                 len(token_ids) + (finish == "eog"), first - start, end - first)
+        if finish not in ("eog", "stop") or (finish == "stop" and stream.stop_hit not in stop_ids.values()):
+            ending = None
         return Completion(stream.text, token_ids, finish, stream.stop_hit, stats,
-                          logprobs if sampling.logprobs else None)
+                          logprobs if sampling.logprobs else None, ending[0] if ending else None,
+                          ending[1] if ending and sampling.logprobs else None)
+
+    def _generate_whole(self, prompt: list[int], max_tokens: int, sampling: SamplingParams, stop: Sequence[str],
+                        grammar: str | None, on_text: TokenCallback | None, seed: int | None) -> Completion:
+        """One completion from llama-server's native ``/completion``, not streamed, with every sampled id."""
+        stop_ids = {token: text for text in stop if (token := self.single_token_id(text)) is not None}
+        if text_stops := [text for text in stop if text not in stop_ids.values()]:
+            raise ValueError(f"exact_token_ids stops on single tokens only; {text_stops} is text in this vocabulary")
+        body: dict[str, Any] = {
+            "prompt": prompt, "n_predict": max_tokens, "stream": False, "temperature": sampling.temperature,
+            "top_p": sampling.top_p, "top_k": sampling.top_k, "min_p": 0.0,
+            "presence_penalty": sampling.presence_penalty,
+            "repeat_penalty": 1.0, "repeat_last_n": max_tokens, "cache_prompt": True, "return_tokens": True,
+            "n_probs": 1 if sampling.logprobs else 0,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        if grammar:
+            body["grammar"] = grammar
+        start = time.perf_counter()
+        reply = self._request("POST", "/completion", body)
+        end = time.perf_counter()
+        if not isinstance(reply.get("tokens"), list):
+            raise EngineConnectionError(self.base_url, "/completion sent no token ids: exact_token_ids needs "
+                                        "llama-server (return_tokens)")
+        sampled = [int(token) for token in reply["tokens"]]
+        probabilities = reply.get("completion_probabilities") or []
+        logprobs: list[float] | None = None
+        if sampling.logprobs:  # the entries are the sampled tokens in order, less those the server left out
+            logprobs, entry = [], 0
+            for token in sampled:
+                found = entry < len(probabilities) and int(probabilities[entry].get("id", -1)) == token
+                logprobs.append(float(probabilities[entry].get("logprob", math.nan)) if found else math.nan)
+                entry += found
+        cut = next((i for i, token in enumerate(sampled) if token in stop_ids), None)
+        ended = reply.get("stop_type") == "eos" and sampled
+        finish: FinishReason = "stop" if cut is not None else "eog" if ended else "length"
+        kept = sampled[:cut] if cut is not None else sampled[:-1] if ended else sampled
+        end_index = cut if cut is not None else len(sampled) - 1 if ended else None
+        stream = StopStream([], on_text, None)
+        stream.feed(self.detokenize(kept) if kept else "")
+        stream.flush()
+        timings = reply.get("timings") or {}
+        evaluated = int(timings.get("prompt_n", len(prompt)))
+        stats = GenerationStats(len(prompt), evaluated, len(prompt) - evaluated, len(sampled),
+                                float(timings.get("prompt_ms", 0.0)) / 1000, end - start - float(
+                                    timings.get("prompt_ms", 0.0)) / 1000)
+        return Completion(stream.text, kept, "cancelled" if stream.cancelled else finish,
+                          stop_ids[sampled[cut]] if cut is not None else None, stats,
+                          logprobs[:len(kept)] if logprobs is not None else None,
+                          sampled[end_index] if end_index is not None else None,
+                          logprobs[end_index] if logprobs is not None and end_index is not None else None)
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
         """Complete a short chat greedily (``TextCompleter``: visit's evidence, a judge); a reasoning block, if the
@@ -237,8 +318,10 @@ class OpenAIEngine:
     def _discover(self, model: str | None) -> tuple[str, int]:
         """(model name, context window) from ``/props`` (llama-server) or ``/v1/models`` (vLLM, SGLang)."""
         n_ctx = 0
+        self.server_kind = "openai"
         try:
             props = self._request("GET", "/props", None)
+            self.server_kind = "llama-server"
             settings = props.get("default_generation_settings", {})
             n_ctx = int(props.get("n_ctx") or settings.get("n_ctx") or 0)
         except EngineConnectionError as exc:
@@ -306,16 +389,17 @@ class OpenAIEngine:
             raise EngineStateError(f"engine for {self.base_url} is closed; create a new OpenAIEngine")
 
 
-def _token_pieces(choice: Mapping[str, Any]) -> list[tuple[int, float]]:
-    """(token id, log-probability) of each token in a streamed choice, in llama-server's or vLLM's logprobs form."""
+def _token_pieces(choice: Mapping[str, Any]) -> list[tuple[int, float, bool]]:
+    """(token id, log-probability, whether it has text) of each token in a streamed choice, in llama-server's or
+    vLLM's logprobs form. llama-server sends the end-of-generation token with no bytes (as it does a control token
+    that renders as nothing; ``generate`` tells them apart by whether a token follows)."""
     logprobs = choice.get("logprobs") or {}
     if isinstance(logprobs.get("content"), list):  # llama-server: [{"id": 5, "bytes": [...], "logprob": -0.1}]
-        # The end-of-generation token comes with no bytes: it ends the completion and is not part of it.
-        return [(int(entry["id"]), float(entry.get("logprob", 0.0))) for entry in logprobs["content"]
-                if entry.get("bytes") != []]
+        return [(int(entry["id"]), float(entry.get("logprob", 0.0)), entry.get("bytes") != [])
+                for entry in logprobs["content"]]
     tokens = logprobs.get("tokens") or []  # vLLM with return_tokens_as_token_ids: ["token_id:5"]
     values = logprobs.get("token_logprobs") or [0.0] * len(tokens)
-    return [(int(str(token).rsplit(":", 1)[-1]), float(value or 0.0)) for token, value in zip(tokens, values)]
+    return [(int(str(token).rsplit(":", 1)[-1]), float(value or 0.0), True) for token, value in zip(tokens, values)]
 
 
 def _evaluated(report: Mapping[str, Any], prompt_tokens: int) -> int:

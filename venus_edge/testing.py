@@ -67,19 +67,22 @@ def llama_tool_path(name: str) -> Path:
 
 class LlamaServer:
     """llama.cpp's own ``llama-server`` (built by scripts/build_llama_tools.sh) as a process on 127.0.0.1, for
-    tests of ``OpenAIEngine`` against a real server. ``url`` is its address; ``stop()`` kills it.
+    tests of ``OpenAIEngine`` against a real server and IGPO's managed rollout server. ``url`` is its address;
+    ``stop()`` kills it.
 
     Args:
         model: the GGUF to serve.
         slots: parallel slots (``-np``); the window of each is ``n_ctx / slots``.
         n_ctx: the server's context size in tokens (``-c``).
+        extra_args: more command-line options (``-ctk f32``).
 
     Raises:
         FileNotFoundError: the server is not built (``bash scripts/setup.sh``).
         RuntimeError: it exits or does not answer ``/health`` within ``start_timeout_s`` seconds.
     """
 
-    def __init__(self, model: Path, *, slots: int = 2, n_ctx: int = 8192, start_timeout_s: float = 120.0) -> None:
+    def __init__(self, model: Path, *, slots: int = 2, n_ctx: int = 8192, start_timeout_s: float = 120.0,
+                 extra_args: Sequence[str] = ()) -> None:
         import httpx  # the runtime's HTTP client; imported here so that the helpers above stay light
 
         with socket.socket() as probe:  # a free port
@@ -87,7 +90,7 @@ class LlamaServer:
             self.port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         command = [str(llama_tool_path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port",
-                   str(self.port), "-c", str(n_ctx), "-np", str(slots), "-t", "2", "--no-webui"]
+                   str(self.port), "-c", str(n_ctx), "-np", str(slots), "-t", "2", "--no-webui", *extra_args]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + start_timeout_s
         while True:
