@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # IGPO on the toy world, from the toy SFT checkpoint, against the outcome-only ablation with the same budget:
 #   bash scripts/toy_igpo.sh [SFT_OUT] [OUT]   (defaults runs/toy-sft and runs/toy-igpo; run scripts/toy_sft.sh first)
-# For each seed in SEEDS (default "0"; the SFT run of that seed must exist in SFT_OUT/seed-N) and each mode (igpo,
-# outcome): STEPS optimizer steps (default 8) of QUESTIONS training questions (4) x GROUP rollouts (8), lr LR (1e-4),
+# For each seed in SEEDS (default "0"; the SFT run of that seed must exist in SFT_OUT/seed-N) and each mode in MODES
+# (default "igpo outcome"): STEPS optimizer steps (default 8) of QUESTIONS training questions (4) x GROUP rollouts (8), lr LR (1e-4),
 # then the held-out evaluation of the result as scripts/toy_sft.sh evaluates the SFT checkpoint (EVAL_LIMIT
 # questions, default 40). Writes OUT/summary.md: held-out accuracy of SFT, IGPO and outcome-only per seed, and the
-# mean training reward of the first and last steps.
+# mean training reward of the first and last steps. ROLLOUT_SERVER=llama-server samples the rollouts on a managed
+# llama-server, GROUP at once (default: in the training process, one after another).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SFT_OUT=${1:-runs/toy-sft}
 OUT=${2:-runs/toy-igpo}
 SEEDS=${SEEDS:-"0"}
+MODES=${MODES:-"igpo outcome"}
+ROLLOUT_SERVER=${ROLLOUT_SERVER:-}
 STEPS=${STEPS:-8}
 QUESTIONS=${QUESTIONS:-4}
 GROUP=${GROUP:-8}
@@ -23,7 +26,7 @@ echo "| seed | mode | held-out well-formed | held-out accuracy | SFT well-formed
 echo "|---|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
 for SEED in $SEEDS; do
   SFT="$(cd "$SFT_OUT/seed-$SEED" && pwd)"
-  for MODE in igpo outcome; do
+  for MODE in $MODES; do
     RUN="$OUT/seed-$SEED-$MODE"
     rm -rf "$RUN"
     mkdir -p "$RUN"
@@ -43,6 +46,9 @@ max_tokens: 160
 n_ctx: 8192
 seed: $SEED
 YAML
+    if [ -n "$ROLLOUT_SERVER" ]; then
+      printf 'rollout_server: %s\nrollout_concurrency: %s\n' "$ROLLOUT_SERVER" "$GROUP" >> "$RUN/igpo.yaml"
+    fi
     START=$(date +%s)
     $VE train igpo "$RUN/igpo.yaml" --quiet > "$RUN/train.txt"
     SECONDS_TAKEN=$(( $(date +%s) - START ))

@@ -55,6 +55,26 @@ def test_the_oracle_answers_through_the_real_loop_and_tools(tmp_path):
     assert len(visits) == 3 * 2 + 3 and all(url[0].startswith("corpus://") for url in visits)
 
 
+def test_every_oracle_turn_restates_the_question_and_says_what_it_needs(tmp_path):
+    """The goal is restated in each turn, so a small model copies it from the turn before rather than from the
+    question hundreds of tokens back; the visit goal and the final turn name the person whose fact is read."""
+    world = generate_world(tmp_path, people=16, seed=2)
+    question = next(q for q in world.train if q.kind == "trade2")
+    mentor = next(p.mentor for p in world.people if p.name == question.subject)
+    run_oracle([question], world.corpus, tmp_path / "journal.jsonl")
+    records = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    turns = [r for r in records if r.get("record") == "turn"]
+    texts = [json.dumps(r) for r in turns]
+    assert len(turns) == 5
+    assert all(f"The question asks the trade of the mentor of {question.subject}." in text for text in texts)
+    assert f"I need who the mentor of {question.subject} was" in texts[0]
+    assert f"I need the trade of {mentor}" in texts[3]
+    calls = [r["tool_call"] for r in turns if r.get("tool_call")]
+    visit_goals = [call["arguments"]["goal"] for call in calls if call["name"] == "visit"]
+    assert visit_goals == [f"who the mentor of {question.subject} was", f"the trade of {mentor}"]
+    assert f"I need the trade of {mentor}. The page says: By trade they were" in texts[4]
+
+
 def test_the_oracle_gives_up_when_a_page_lacks_the_fact(tmp_path):
     world = generate_world(tmp_path, people=12, seed=3)
     question = next(q for q in world.train if q.kind == "town")
