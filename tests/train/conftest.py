@@ -36,3 +36,23 @@ def _make_toy(out: Path, *, people: int, seed: int, tokenizer_texts: tuple[str, 
     assert cli(["train", "tiny-model", *(str(out / t) for t in tokenizer_texts), "--out", str(out / "base"),
                 "--vocab", "600", "--hidden", "64", "--layers", "2"]) == 0
     return out
+
+
+def write_igpo_config(toy: Path, out: Path, **settings: Any) -> Path:
+    """A CI-sized IGPO config for the toy world under ``toy`` (``make_toy``), written next to ``out``: 2 steps of
+    2 questions x 2 rollouts, 2 turns of 24 tokens, every tool scored; ``settings`` override."""
+    import json
+
+    values = {"model": str(toy / "base"), "questions": [str(toy / "world" / "questions-train.jsonl")],
+              "corpus": [str(toy / "world" / "corpus")], "output_dir": str(out), "steps": 2, "questions_per_step": 2,
+              "group_size": 2, "max_turns": 2, "max_tokens": 24, "n_ctx": 2048, "learning_rate": 1e-3,
+              "score_after": "all", **settings}
+    path = out.parent / f"{out.name}.json"
+    path.write_text(json.dumps(values))
+    return path
+
+
+@pytest.fixture(scope="session")
+def igpo_config() -> Any:
+    """``igpo_config(toy, out, **settings)``: ``write_igpo_config``."""
+    return write_igpo_config

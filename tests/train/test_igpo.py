@@ -225,18 +225,8 @@ def test_the_transformers_engine_drives_the_agent_loop_token_in_token_out(toy, p
         engine.generate([1, 2], sampling=sampling, grammar="root ::= \"x\"")
 
 
-def _config(toy: Path, out: Path, **settings) -> Path:
-    values = {"model": str(toy / "base"), "questions": [str(toy / "world" / "questions-train.jsonl")],
-              "corpus": [str(toy / "world" / "corpus")], "output_dir": str(out), "steps": 2, "questions_per_step": 2,
-              "group_size": 2, "max_turns": 2, "max_tokens": 24, "n_ctx": 2048, "learning_rate": 1e-3,
-              "score_after": "all", **settings}
-    path = out.parent / f"{out.name}.json"
-    path.write_text(json.dumps(values))
-    return path
-
-
-def test_a_ci_sized_run_trains_logs_and_resumes_to_the_same_weights(toy, tmp_path, capsys):
-    straight = _config(toy, tmp_path / "straight")
+def test_a_ci_sized_run_trains_logs_and_resumes_to_the_same_weights(toy, igpo_config, tmp_path, capsys):
+    straight = igpo_config(toy, tmp_path / "straight")
     assert cli(["train", "igpo", str(straight), "--quiet"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "straight" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -247,7 +237,7 @@ def test_a_ci_sized_run_trains_logs_and_resumes_to_the_same_weights(toy, tmp_pat
     rollouts = (tmp_path / "straight" / "rollouts.jsonl").read_text().splitlines()
     assert len(rollouts) == 2 * 2 * 2
     # the same run stopped after one step and resumed
-    resumed = _config(toy, tmp_path / "resumed")
+    resumed = igpo_config(toy, tmp_path / "resumed")
     assert cli(["train", "igpo", str(resumed), "--steps", "1", "--quiet"]) == 0
     assert cli(["train", "igpo", str(resumed), "--quiet"]) == 0
     assert "resumed from step 1" in capsys.readouterr().out
@@ -317,8 +307,10 @@ def test_one_update_raises_the_better_rollout_and_lowers_the_worse(toy, policy):
     assert after[0] > before[0] and after[1] < before[1]
 
 
-def test_bad_igpo_configs_are_errors(toy, tmp_path, capsys):
-    assert cli(["train", "igpo", str(_config(toy, tmp_path / "a", normalization="mean")), "--quiet"]) == 2
+def test_bad_igpo_configs_are_errors(toy, igpo_config, tmp_path, capsys):
+    bad_normalization = igpo_config(toy, tmp_path / "a", normalization="mean")
+    assert cli(["train", "igpo", str(bad_normalization), "--quiet"]) == 2
     assert "normalization must be one of" in capsys.readouterr().err
-    assert cli(["train", "igpo", str(_config(toy, tmp_path / "b", corpus=[str(tmp_path / "none")])), "--quiet"]) == 3
+    no_corpus = igpo_config(toy, tmp_path / "b", corpus=[str(tmp_path / "none")])
+    assert cli(["train", "igpo", str(no_corpus), "--quiet"]) == 3
     assert "does not exist" in capsys.readouterr().err

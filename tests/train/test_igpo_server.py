@@ -35,16 +35,6 @@ def _questions(toy: Path) -> list[dict]:
     return [json.loads(line) for line in (toy / "world" / "questions-train.jsonl").read_text().splitlines()]
 
 
-def _config(toy: Path, out: Path, **settings) -> Path:
-    values = {"model": str(toy / "base"), "questions": [str(toy / "world" / "questions-train.jsonl")],
-              "corpus": [str(toy / "world" / "corpus")], "output_dir": str(out), "steps": 2, "questions_per_step": 2,
-              "group_size": 2, "max_turns": 2, "max_tokens": 24, "n_ctx": 2048, "learning_rate": 1e-3,
-              "score_after": "all", **settings}
-    path = out.parent / f"{out.name}.json"
-    path.write_text(json.dumps(values))
-    return path
-
-
 def _rollout_on(engine, toy: Path, seed: int):
     question = _questions(toy)[0]
     tools = default_tools([toy / "world" / "corpus"])
@@ -98,8 +88,8 @@ def test_a_managed_llama_server_samples_with_the_policys_log_probs_and_follows_i
     assert server.process is None and server.engine is None
 
 
-def test_a_ci_sized_run_on_a_managed_llama_server(toy, tmp_path):
-    config = _config(toy, tmp_path / "run", rollout_server="llama-server", rollout_concurrency=2)
+def test_a_ci_sized_run_on_a_managed_llama_server(toy, igpo_config, tmp_path):
+    config = igpo_config(toy, tmp_path / "run", rollout_server="llama-server", rollout_concurrency=2)
     assert cli(["train", "igpo", str(config), "--quiet"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["failures"] == 0 and r["trained_tokens"] > 0 for r in rows)
@@ -107,7 +97,8 @@ def test_a_ci_sized_run_on_a_managed_llama_server(toy, tmp_path):
     assert (tmp_path / "run" / "rollout-policy" / "policy.gguf").is_file() and (tmp_path / "run" / "final").is_dir()
 
 
-def test_a_running_server_is_given_the_policy_by_the_sync_command_before_each_step(toy, tmp_path, capsys):
+def test_a_running_server_is_given_the_policy_by_the_sync_command_before_each_step(toy, igpo_config, tmp_path,
+                                                                                   capsys):
     from venus_edge.quantize.convert import convert_checkpoint
 
     gguf = convert_checkpoint(toy / "base", tmp_path / "base.gguf", out_type="f32")
@@ -116,13 +107,14 @@ def test_a_running_server_is_given_the_policy_by_the_sync_command_before_each_st
     sync = f"{sys.executable} -c {json.dumps(record)} {{model_dir}}"
     server = LlamaServer(gguf, slots=2, n_ctx=4096)
     try:
-        config = _config(toy, tmp_path / "run", rollout_server=server.url, rollout_concurrency=2, sync_command=sync)
+        config = igpo_config(toy, tmp_path / "run", rollout_server=server.url, rollout_concurrency=2,
+                             sync_command=sync)
         assert cli(["train", "igpo", str(config), "--quiet"]) == 0
         synced = marker.read_text().splitlines()
         assert len(synced) == 2 and all((Path(folder) / "config.json").is_file() for folder in synced)
         rows = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
         assert [r["failures"] for r in rows] == [0, 0]
-        failing = _config(toy, tmp_path / "failing", rollout_server=server.url,
+        failing = igpo_config(toy, tmp_path / "failing", rollout_server=server.url,
                           sync_command=f"{sys.executable} -c 'import sys; sys.exit(\"no reload endpoint\")' "
                                        "{model_dir}")
         assert cli(["train", "igpo", str(failing), "--quiet"]) == 4
@@ -137,6 +129,6 @@ def test_a_running_server_is_given_the_policy_by_the_sync_command_before_each_st
     ({"rollout_server": "http://127.0.0.1:9", "sync_command": "reload"}, "sync_command must name {model_dir}"),
     ({"rollout_concurrency": 0}, "rollout_concurrency must be >= 1"),
 ])
-def test_bad_rollout_server_settings_are_errors(toy, tmp_path, capsys, settings, message):
-    assert cli(["train", "igpo", str(_config(toy, tmp_path / "bad", **settings)), "--quiet"]) == 2
+def test_bad_rollout_server_settings_are_errors(toy, igpo_config, tmp_path, capsys, settings, message):
+    assert cli(["train", "igpo", str(igpo_config(toy, tmp_path / "bad", **settings)), "--quiet"]) == 2
     assert message in capsys.readouterr().err
