@@ -414,7 +414,6 @@ class _RolloutServer:
         from venus_edge.openai_engine import OpenAIEngine
 
         checkpoint = self.folder / "hf"
-        policy.config.use_cache = True
         policy.save_pretrained(checkpoint, safe_serialization=True)
         tokenizer.save_pretrained(checkpoint)
         if self.config.rollout_server == "llama-server":
