@@ -41,19 +41,28 @@ from venus_edge.train.config import ConfigFile, betas, flag, number, optional, p
 from venus_edge.train.data import load_samples
 from venus_edge.train.tokenize import TokenizedSample, tokenize_samples
 
-__all__ = ["LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft"]
+__all__ = ["LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft",
+           "trained_added_tokens"]
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
 class LoraSettings:
-    """peft ``LoraConfig`` settings: rank, scaling ``alpha / r``, dropout, the modules adapted."""
+    """peft ``LoraConfig`` settings: rank, scaling ``alpha / r``, dropout, the modules adapted.
+
+    ``train_added_tokens``: also train the embedding and output rows of the tokenizer's added tokens that the data
+    trains (the protocol's ``<tool_call>``, ``</tool_call>``, ...), through peft's trainable tokens. A pretrained
+    model may never have trained those rows, and LoRA on the projections cannot make it emit them: Qwen2.5-Coder-0.5B
+    after 54 LoRA-only trajectories predicted every other trained token (mean loss 0.14) but ``<tool_call>`` at
+    log-probability -8.3.
+    """
 
     r: int = 16
     alpha: int = 32
     dropout: float = 0.0
     target_modules: tuple[str, ...] = LORA_TARGETS
+    train_added_tokens: bool = True
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,8 @@ def lora_settings(value: Any) -> LoraSettings | None:
     for name, item in value.items():
         if name == "target_modules":
             settings[name] = paths(item)
+        elif name == "train_added_tokens":
+            settings[name] = flag(item)
         else:
             settings[name] = number(float if name == "dropout" else int)(item)
     return LoraSettings(**settings)
@@ -241,21 +252,37 @@ def _load_model(config: SFTConfig) -> tuple[Any, Any]:
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-    if config.lora is not None:
-        from peft import LoraConfig, get_peft_model
-
-        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        targets = [t for t in config.lora.target_modules if t in present]
-        if not targets:
-            raise ValueError(f"none of the LoRA target modules {config.lora.target_modules} is in the model")
-        lora = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
-                          target_modules=targets, task_type="CAUSAL_LM")
-        with warnings.catch_warnings():  # peft 0.21 reads a property transformers 5 deprecated: not ours to fix
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            model = get_peft_model(model, lora)
-        if config.gradient_checkpointing:
-            model.enable_input_require_grads()
     return model, tokenizer
+
+
+def trained_added_tokens(tokenized: Sequence[TokenizedSample], tokenizer: Any) -> list[int]:
+    """Ids of the tokenizer's added tokens that occur at trained positions of ``tokenized``, sorted."""
+    added = set(tokenizer.added_tokens_decoder)
+    return sorted({i for t in tokenized for i, m in zip(t.input_ids, t.assistant_mask) if m and i in added})
+
+
+def _with_lora(model: Any, settings: LoraSettings, token_ids: Sequence[int], *, gradient_checkpointing: bool) -> Any:
+    """``model`` wrapped by peft: LoRA on the target projections, plus trainable rows for ``token_ids``."""
+    from peft import LoraConfig, get_peft_model
+
+    names = {module: name.rsplit(".", 1)[-1] for name, module in model.named_modules()}
+    targets = [t for t in settings.target_modules if t in set(names.values())]
+    if not targets:
+        raise ValueError(f"none of the LoRA target modules {settings.target_modules} is in the model")
+    trainable_tokens: Any = None
+    if settings.train_added_tokens and token_ids:
+        embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
+        trainable_tokens = {names[embedding]: list(token_ids)}
+        if output is not None and output.weight is not embedding.weight:  # untied: the output rows too
+            trainable_tokens[names[output]] = list(token_ids)
+    lora = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                      target_modules=targets, task_type="CAUSAL_LM", trainable_token_indices=trainable_tokens)
+    with warnings.catch_warnings():  # peft 0.21 reads a property transformers 5 deprecated: not ours to fix
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = get_peft_model(model, lora)
+    if gradient_checkpointing:
+        model.enable_input_require_grads()
+    return model
 
 
 def _checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
@@ -288,6 +315,9 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     skipped = [f"{r.source}: {r.reason}" for r in [*loaded.rejected, *rejected]]
     if not tokenized:
         raise ValueError(f"no trainable sample in {', '.join(config.data)} ({'; '.join(skipped[:3]) or 'empty'})")
+    if config.lora is not None:
+        model = _with_lora(model, config.lora, trained_added_tokens(tokenized, tokenizer),
+                           gradient_checkpointing=config.gradient_checkpointing)
     processes = accelerator.num_processes
     per_step = config.global_batch_size // config.micro_batch_size  # micro-batches per step, all processes
     # The backward pass of DDP/FSDP averages gradients over processes, and DeepSpeed's also divides by its

@@ -17,7 +17,7 @@ import pytest
 
 from venus_edge.cli import main as cli
 from venus_edge.train.data import load_samples
-from venus_edge.train.sft import SFTConfig, length_grouped_batches, train_sft
+from venus_edge.train.sft import SFTConfig, length_grouped_batches, train_sft, trained_added_tokens
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,16 @@ def config(toy: Path, out: str, **settings) -> SFTConfig:
               "global_batch_size": 4, "micro_batch_size": 2, "learning_rate": 3e-3, "warmup_ratio": 0.0,
               "gradient_checkpointing": False, **settings}
     return SFTConfig.from_dict(values)
+
+
+def weights(folder: Path) -> dict:
+    """Every tensor of a checkpoint folder's safetensors shards, by name (numpy)."""
+    from safetensors.numpy import load_file
+
+    found: dict = {}
+    for shard in folder.glob("*.safetensors"):
+        found |= load_file(str(shard))
+    return found
 
 
 def log(folder: Path) -> list[dict]:
@@ -123,16 +133,34 @@ def test_lora_trains_adapters_and_merges_them(toy):
     settings = config(toy, "run-lora", lora={"r": 4, "alpha": 8}, max_steps=None,
                       epochs=2 * 4 / len(load_samples([toy / "sft.jsonl"]).samples))
     result = train_sft(settings, progress=False)
-    from safetensors.numpy import load_file
-
-    merged = load_file(str(result.final_dir / "model.safetensors"))
-    base = {}
-    for shard in (toy / "base").glob("*.safetensors"):
-        base |= load_file(str(shard))
+    merged, base = weights(result.final_dir), weights(toy / "base")
     assert not any("lora" in key for key in merged), "adapters are merged into the weights"
     changed = [k for k in base if k.endswith("q_proj.weight") and abs(merged[k] - base[k]).max() > 0]
     assert changed, "the merged projections differ from the base"
     assert all(abs(merged[k] - base[k]).max() == 0 for k in base if k.endswith("norm.weight"))
+    # the added tokens the protocol trains (<tool_call>, </think>, <|im_end|>, ...) get their own embedding rows
+    # trained; every other row, and every untrained added token's, stays the base's
+    from transformers import AutoTokenizer
+
+    from venus_edge.train.tokenize import tokenize_samples
+
+    tokenizer = AutoTokenizer.from_pretrained(toy / "base")
+    tokenized, _ = tokenize_samples(load_samples([toy / "sft.jsonl"]).samples, tokenizer)
+    trained = set(trained_added_tokens(tokenized, tokenizer))
+    assert {tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>", "</think>")} <= trained
+    assert trained <= set(tokenizer.added_tokens_decoder)
+    key = next(k for k in base if k.endswith("embed_tokens.weight"))
+    changed_rows = {i for i in range(base[key].shape[0]) if abs(merged[key][i] - base[key][i]).max() > 0}
+    assert changed_rows == trained
+
+
+def test_lora_can_leave_the_embeddings_alone(toy):
+    settings = config(toy, "run-lora-frozen-embeddings", lora={"r": 4, "alpha": 8, "train_added_tokens": False},
+                      epochs=4 / len(load_samples([toy / "sft.jsonl"]).samples))
+    result = train_sft(settings, progress=False)
+    merged, base = weights(result.final_dir), weights(toy / "base")
+    key = next(k for k in base if k.endswith("embed_tokens.weight"))
+    assert abs(merged[key] - base[key]).max() == 0
 
 
 def test_length_grouped_batches_cover_every_sample_once_per_epoch_and_are_seeded():
@@ -154,6 +182,7 @@ def test_length_grouped_batches_cover_every_sample_once_per_epoch_and_are_seeded
     ({"lora": {"rank": 4}}, "unknown lora setting"),
     ({"lora": "yes_please"}, "lora: expected true, false or a mapping"),
     ({"lora": ["q_proj"]}, "lora: expected true, false or a mapping"),
+    ({"lora": {"train_added_tokens": "yes"}}, "expected true or false"),
     ({"learning_rate": "fast"}, "learning_rate"),
     ({"global_batch_size": 2.5}, "whole number"),
     ({"epochs": "one"}, "epochs"),
