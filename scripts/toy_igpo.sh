@@ -2,11 +2,12 @@
 # IGPO on the toy world, from the toy SFT checkpoint, against the outcome-only ablation with the same budget:
 #   bash scripts/toy_igpo.sh [SFT_OUT] [OUT]   (defaults runs/toy-sft and runs/toy-igpo; run scripts/toy_sft.sh first)
 # For each seed in SEEDS (default "0"; the SFT run of that seed must exist in SFT_OUT/seed-N) and each mode in MODES
-# (default "igpo outcome"): STEPS optimizer steps (default 8) of QUESTIONS training questions (4) x GROUP rollouts (8), lr LR (1e-4),
-# then the held-out evaluation of the result as scripts/toy_sft.sh evaluates the SFT checkpoint (EVAL_LIMIT
-# questions, default 40). Writes OUT/summary.md: held-out accuracy of SFT, IGPO and outcome-only per seed, and the
-# mean training reward of the first and last steps. ROLLOUT_SERVER=llama-server samples the rollouts on a managed
-# llama-server, GROUP at once (default: in the training process, one after another).
+# (default "igpo outcome"): STEPS optimizer steps (default 8) of QUESTIONS training questions (4) x GROUP rollouts
+# (8), lr LR (1e-4), rollouts sampled at TEMPERATURE (1.0), then the held-out evaluation of the result as
+# scripts/toy_sft.sh evaluates the SFT checkpoint (EVAL_LIMIT questions, default 40). Writes OUT/summary.md:
+# held-out accuracy of SFT, IGPO and outcome-only per seed, and the mean training reward of the first and last steps.
+# ROLLOUT_SERVER=llama-server samples the rollouts on a managed llama-server, GROUP at once (default: in the training
+# process, one after another).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SFT_OUT=${1:-runs/toy-sft}
@@ -18,6 +19,7 @@ STEPS=${STEPS:-8}
 QUESTIONS=${QUESTIONS:-4}
 GROUP=${GROUP:-8}
 LR=${LR:-1e-4}
+TEMPERATURE=${TEMPERATURE:-1.0}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 mkdir -p "$OUT"
 source scripts/toy_eval.sh
@@ -43,6 +45,7 @@ learning_rate: $LR
 information_gain: $([ "$MODE" = igpo ] && echo true || echo false)
 max_turns: 6
 max_tokens: 160
+temperature: $TEMPERATURE
 n_ctx: 8192
 seed: $SEED
 YAML
