@@ -265,12 +265,14 @@ def _with_lora(model: Any, settings: LoraSettings, token_ids: Sequence[int], *, 
     """``model`` wrapped by peft: LoRA on the target projections, plus trainable rows for ``token_ids``."""
     from peft import LoraConfig, get_peft_model
 
-    names = {module: name.rsplit(".", 1)[-1] for name, module in model.named_modules()}
-    targets = [t for t in settings.target_modules if t in set(names.values())]
+    names = {module: name for name, module in model.named_modules()}
+    present = {name.rsplit(".", 1)[-1] for name in names.values()}
+    targets = [t for t in settings.target_modules if t in present]
     if not targets:
         raise ValueError(f"none of the LoRA target modules {settings.target_modules} is in the model")
     trainable_tokens: Any = None
     if settings.train_added_tokens and token_ids:
+        # full module names: peft matches by suffix, and a second embedding (a vision tower's) must not match
         embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
         trainable_tokens = {names[embedding]: list(token_ids)}
         if output is not None and output.weight is not embedding.weight:  # untied: the output rows too

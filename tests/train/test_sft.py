@@ -142,16 +142,41 @@ def test_lora_trains_adapters_and_merges_them(toy):
     # trained; every other row, and every untrained added token's, stays the base's
     from transformers import AutoTokenizer
 
-    from venus_edge.train.tokenize import tokenize_samples
-
     tokenizer = AutoTokenizer.from_pretrained(toy / "base")
-    tokenized, _ = tokenize_samples(load_samples([toy / "sft.jsonl"]).samples, tokenizer)
-    trained = set(trained_added_tokens(tokenized, tokenizer))
+    trained = trained_token_ids(toy, tokenizer)
     assert {tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>", "</think>")} <= trained
     assert trained <= set(tokenizer.added_tokens_decoder)
-    key = next(k for k in base if k.endswith("embed_tokens.weight"))
-    changed_rows = {i for i in range(base[key].shape[0]) if abs(merged[key][i] - base[key][i]).max() > 0}
-    assert changed_rows == trained
+    assert changed_rows(merged, base, "model.embed_tokens.weight") == trained
+
+
+def trained_token_ids(toy: Path, tokenizer) -> set[int]:
+    from venus_edge.train.tokenize import tokenize_samples
+
+    tokenized, _ = tokenize_samples(load_samples([toy / "sft.jsonl"]).samples, tokenizer)
+    return set(trained_added_tokens(tokenized, tokenizer))
+
+
+def changed_rows(merged: dict, base: dict, key: str) -> set[int]:
+    return {i for i in range(base[key].shape[0]) if abs(merged[key][i] - base[key][i]).max() > 0}
+
+
+def test_lora_trains_the_output_rows_of_an_untied_model_too(toy, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(toy / "base")
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+    tokenizer = AutoTokenizer.from_pretrained(toy / "base")
+    model.save_pretrained(tmp_path / "untied")
+    tokenizer.save_pretrained(tmp_path / "untied")
+    settings = config(toy, "run-lora-untied", model=str(tmp_path / "untied"), lora={"r": 4, "alpha": 8},
+                      epochs=4 / len(load_samples([toy / "sft.jsonl"]).samples))
+    merged, base = weights(train_sft(settings, progress=False).final_dir), weights(tmp_path / "untied")
+    assert "lm_head.weight" in base, "the fixture is untied"
+    trained = trained_token_ids(toy, tokenizer)
+    assert changed_rows(merged, base, "model.embed_tokens.weight") == trained
+    assert changed_rows(merged, base, "lm_head.weight") == trained
 
 
 def test_lora_can_leave_the_embeddings_alone(toy):
@@ -159,8 +184,7 @@ def test_lora_can_leave_the_embeddings_alone(toy):
                       epochs=4 / len(load_samples([toy / "sft.jsonl"]).samples))
     result = train_sft(settings, progress=False)
     merged, base = weights(result.final_dir), weights(toy / "base")
-    key = next(k for k in base if k.endswith("embed_tokens.weight"))
-    assert abs(merged[key] - base[key]).max() == 0
+    assert not changed_rows(merged, base, "model.embed_tokens.weight")
 
 
 def test_length_grouped_batches_cover_every_sample_once_per_epoch_and_are_seeded():
