@@ -91,6 +91,25 @@ def test_the_rescale_is_floored_and_capped():
     assert capped.ig_scale == 10.0
 
 
+def test_information_gain_changes_only_the_turns_before_the_answer():
+    # The outcome-only ablation is the same group without its IG rewards. Under the separate normalizations the
+    # answer turn's advantage is the normalized outcome either way: IGPO differs from the ablation only on the
+    # research turns. That is why the two cannot differ on a policy whose errors are all in the answer turn.
+    ablation = [[r for r in rollout if r.kind != "information_gain"] for rollout in _group()]
+    lengths = [3, 5]  # turns of the two rollouts; the answer is the last
+
+    def per_turn(rewards, normalization):
+        advantages, _ = igpo_advantages(rewards, ["q", "q"], normalization=normalization)
+        return [turn_advantages(a, n) for a, n in zip(advantages, lengths)]
+
+    for normalization in ("scaled_separate", "separate"):
+        with_ig, without = per_turn(_group(), normalization), per_turn(ablation, normalization)
+        assert [turns[-1] for turns in with_ig] == pytest.approx([turns[-1] for turns in without])
+        assert with_ig[0][:2] != pytest.approx(without[0][:2])  # the first rollout's search and visit turns
+    # pooled with the turn rewards, the outcome's own advantage moves too
+    assert per_turn(_group(), "joint")[0][-1] != pytest.approx(per_turn(ablation, "joint")[0][-1])
+
+
 def test_joint_normalization_pools_every_reward_of_the_group():
     advantages, _ = igpo_advantages(_group(), ["q", "q"], normalization="joint", gamma=0.0)
     values = [0.5, 1.0, -0.5, -1.0, 0.0]
