@@ -7,7 +7,7 @@
 #   bash scripts/real_sft.sh WORLD_RUN [OUT]    (default OUT runs/real-sft)
 # WORLD_RUN is one seed's folder written by scripts/toy_sft.sh (it holds world/ and sft.jsonl).
 # Settings: MODEL (the GGUF; see shared/TEST_MODELS.md), FRACTION (share of the trajectories trained on, one
-# epoch, default 0.1), BATCH (trajectories per optimizer step, default 2), LR (default 2e-4), EVAL_LIMIT (held-out
+# epoch, default 0.1), BATCH (trajectories per optimizer step, default 2), LR (default 5e-4), EVAL_LIMIT (held-out
 # questions after SFT, default 20), BEFORE_LIMIT (before SFT, default 10: the model retries every turn).
 # Rerun to resume: the evaluations and the SFT run continue where they stopped.
 # Writes OUT/summary.md: well-formed turns and accuracy before and after, steps and seconds of SFT.
@@ -18,7 +18,7 @@ OUT=${2:-runs/real-sft}
 MODEL=$(realpath "${MODEL:-/tmp/models/qwen2.5-coder-0.5b-q4_k_m.gguf}")
 FRACTION=${FRACTION:-0.1}
 BATCH=${BATCH:-2}
-LR=${LR:-2.0e-4}
+LR=${LR:-5.0e-4}
 EVAL_LIMIT=${EVAL_LIMIT:-20}
 mkdir -p "$OUT"
 source scripts/toy_eval.sh
