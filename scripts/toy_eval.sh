@@ -5,13 +5,19 @@ PY=${PY:-.venv/bin/python}
 # The sessions as the oracle ran them: corpus search (10 results) and extractive visit, a few turns, greedy.
 EVAL_FLAGS=(--extractive-visit --max-turns 6 --max-tokens 160 --n-ctx 8192 --temperature 0 --quiet --no-plot)
 
-evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR LIMIT
+evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR LIMIT [EXTRA EVAL FLAGS...]
   local model=$1
   if [ -d "$model" ]; then
-    $VE quantize "$model" --types Q8_0 --out "$model-gguf" --quiet --agentic-tokens 0 > /dev/null 2>&1
+    [ -d "$model-gguf" ] || $VE quantize "$model" --types Q8_0 --out "$model-gguf" --quiet --agentic-tokens 0 > /dev/null 2>&1
     model=$(ls "$model-gguf"/*Q8_0*.gguf)
   fi
-  $VE eval "$3" --model "$model" --corpus "$2" --limit "$5" --out "$4" "${EVAL_FLAGS[@]}" > /dev/null 2>&1 || true
+  $VE eval "$3" --model "$model" --corpus "$2" --limit "$5" --out "$4" "${EVAL_FLAGS[@]}" "${@:6}" > /dev/null 2>&1 || true
+}
+
+wrong_pages() {  # wrong_pages WORLD_DIR EVAL_DIR -> share of sessions that opened a page the question does not need
+  $PY -c "import sys; from venus_edge.train.toyworld import research_errors as r
+try: print(r(sys.argv[1], sys.argv[2])['wrong_page_share'])
+except FileNotFoundError: print('-')" "$1" "$2"
 }
 
 figures() {  # figures EVAL_DIR -> "well_formed_turns | pass@1"

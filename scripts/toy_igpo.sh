@@ -4,8 +4,11 @@
 # For each seed in SEEDS (default "0"; the SFT run of that seed must exist in SFT_OUT/seed-N) and each mode in MODES
 # (default "igpo outcome"): STEPS optimizer steps (default 8) of QUESTIONS training questions (4) x GROUP rollouts
 # (8), lr LR (1e-4), rollouts sampled at TEMPERATURE (1.0), then the held-out evaluation of the result as
-# scripts/toy_sft.sh evaluates the SFT checkpoint (EVAL_LIMIT questions, default 40). Writes OUT/summary.md:
-# held-out accuracy of SFT, IGPO and outcome-only per seed, and the mean training reward of the first and last steps.
+# scripts/toy_sft.sh evaluates the SFT checkpoint (EVAL_LIMIT questions, default 40, greedy), and again with SAMPLES
+# samples per question (default 4) at TEMPERATURE. Writes OUT/summary.md: per seed, one row each for SFT, IGPO and
+# outcome-only: held-out accuracy greedy and sampled, the share of sessions that opened a page their question does
+# not need (research errors; see DETOUR_SHARE in scripts/toy_sft.sh), the mean training reward of the first and last
+# steps.
 # ROLLOUT_SERVER=llama-server samples the rollouts on a managed llama-server, GROUP at once (default: in the training
 # process, one after another).
 set -euo pipefail
@@ -21,13 +24,25 @@ GROUP=${GROUP:-8}
 LR=${LR:-1e-4}
 TEMPERATURE=${TEMPERATURE:-1.0}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
+SAMPLES=${SAMPLES:-4}
 mkdir -p "$OUT"
 source scripts/toy_eval.sh
+SAMPLED=(--temperature "$TEMPERATURE" --k "$SAMPLES")
 
-echo "| seed | mode | held-out well-formed | held-out accuracy | SFT well-formed | SFT accuracy | train reward first step | last step | s |" > "$OUT/summary.md"
-echo "|---|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
+echo "| seed | model | held-out well-formed | held-out accuracy | sampled accuracy (T $TEMPERATURE, k $SAMPLES) | wrong-page sessions | sampled | train reward first step | last step | s |" > "$OUT/summary.md"
+echo "|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
+row() {  # row SEED MODEL EVAL_DIR SAMPLED_DIR WORLD REWARDS SECONDS
+  local sampled
+  sampled=$(figures "$4" | cut -d'|' -f2 | tr -d ' ')
+  echo "| $1 | $2 | $(figures "$3") | $sampled | $(wrong_pages "$5" "$3") | $(wrong_pages "$5" "$4") | $6 | $7 |" >> "$OUT/summary.md"
+  tail -n 1 "$OUT/summary.md"
+}
 for SEED in $SEEDS; do
   SFT="$(cd "$SFT_OUT/seed-$SEED" && pwd)"
+  rm -rf "$OUT/seed-$SEED-sft-sampled"
+  evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$OUT/seed-$SEED-sft-sampled" \
+    "$EVAL_LIMIT" "${SAMPLED[@]}"
+  row "$SEED" sft "$SFT/eval-after" "$OUT/seed-$SEED-sft-sampled" "$SFT/world" "- | -" -
   for MODE in $MODES; do
     RUN="$OUT/seed-$SEED-$MODE"
     rm -rf "$RUN"
@@ -56,11 +71,12 @@ YAML
     $VE train igpo "$RUN/igpo.yaml" --quiet > "$RUN/train.txt"
     SECONDS_TAKEN=$(( $(date +%s) - START ))
     evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$RUN/eval" "$EVAL_LIMIT"
+    evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$RUN/eval-sampled" \
+      "$EVAL_LIMIT" "${SAMPLED[@]}"
     REWARDS=$($PY -c "
 import json, sys
 rows = [json.loads(l) for l in open('$RUN/run/log.jsonl')]
 print(f\"{rows[0]['reward']} | {rows[-1]['reward']}\")")
-    echo "| $SEED | $MODE | $(figures "$RUN/eval") | $(figures "$SFT/eval-after") | $REWARDS | $SECONDS_TAKEN |" >> "$OUT/summary.md"
-    tail -n 1 "$OUT/summary.md"
+    row "$SEED" "$MODE" "$RUN/eval" "$RUN/eval-sampled" "$SFT/world" "$REWARDS" "$SECONDS_TAKEN"
   done
 done

@@ -5,7 +5,8 @@
 #   bash scripts/toy_sft.sh [OUT]            (default runs/toy-sft; set up .venv first: bash scripts/setup.sh)
 # Settings: SEEDS, PEOPLE (default 120), EPOCHS (default 8), HIDDEN (128), LAYERS (2), PRETRAIN (copy-pretraining
 # steps, default 3500), EVAL_LIMIT (held-out questions after SFT, default 40), BEFORE_LIMIT (before SFT, default 10:
-# a random model retries every turn 5 times).
+# a random model retries every turn 5 times), DETOUR_SHARE (default 0: the share of oracle sessions whose first
+# visit opens a wrong page before the right one; imperfect demonstrations that put errors in research turns).
 # The no-tool baseline is the best constant answer per question kind, read from the training answers.
 # Prints one line per seed (well-formed turn rate and accuracy on held-out questions, before and after) and writes
 # OUT/summary.md.
@@ -20,6 +21,7 @@ LAYERS=${LAYERS:-2}
 PRETRAIN=${PRETRAIN:-3500}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 BEFORE_LIMIT=${BEFORE_LIMIT:-10}
+DETOUR_SHARE=${DETOUR_SHARE:-0}
 mkdir -p "$OUT"
 source scripts/toy_eval.sh
 
@@ -28,7 +30,7 @@ echo "|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
 for SEED in $SEEDS; do
   RUN="$OUT/seed-$SEED"
   rm -rf "$RUN"
-  $VE train toy-world "$RUN/world" --people "$PEOPLE" --seed "$SEED"
+  $VE train toy-world "$RUN/world" --people "$PEOPLE" --seed "$SEED" --detour-share "$DETOUR_SHARE"
   $VE train clean "$RUN/world/trajectories.jsonl" --out "$RUN/sft.jsonl" > /dev/null
   $VE train tiny-model "$RUN/sft.jsonl" --out "$RUN/base" --vocab 2048 --hidden "$HIDDEN" --layers "$LAYERS" --seed "$SEED" --pretrain-copying "$PRETRAIN"
   cat > "$RUN/sft.yaml" <<YAML

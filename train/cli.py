@@ -72,6 +72,9 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     toy.add_argument("out", type=Path, metavar="OUT")
     toy.add_argument("--people", type=int, default=80, help="invented people (default 80)")
     toy.add_argument("--seed", type=int, default=0)
+    toy.add_argument("--detour-share", type=float, default=0.0, metavar="S",
+                     help="share of oracle sessions whose first visit opens a wrong page, then the right one "
+                          "(imperfect demonstrations: errors in research turns; default 0)")
     toy.set_defaults(_command_parser=toy)
 
     tiny = sub.add_parser("tiny-model", help="a random tiny Qwen3 with a small BPE vocabulary trained on your texts",
@@ -213,8 +216,11 @@ def _toy_world(args: argparse.Namespace) -> int:
     if journal.exists():
         print(f"error: {journal} exists; choose a new OUT", file=sys.stderr)
         return 2
+    if not 0.0 <= args.detour_share <= 1.0:
+        print(f"error: --detour-share must be between 0 and 1, not {args.detour_share}", file=sys.stderr)
+        return 2
     world = generate_world(args.out, people=args.people, seed=args.seed)
-    correct, total = run_oracle(world.train, world.corpus, journal)
+    correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share, seed=args.seed)
     print(f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
           f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}")
     return 0

@@ -94,7 +94,8 @@ class Rollout:
 
     Attributes:
         group: the question's id (rollouts of one question are normalized together).
-        turns: per turn, ``{"kind", "tool", "format_errors"}`` (``kind``: ``tool_call``, ``answer``, ``malformed``).
+        turns: per turn, ``{"kind", "tool", "arguments", "format_errors"}`` (``kind``: ``tool_call``, ``answer``,
+            ``malformed``; ``tool`` and ``arguments``: the call that ran, None for a turn without one).
         sequences: the training sequences (usually one).
         rewards: the turn rewards and the outcome (``TurnReward``, turn-indexed).
         boundary_scores: b at each turn's context (None: not scored).
@@ -268,7 +269,7 @@ def run_rollout(
                          "malformed turns stay in the context with their penalty, as in training")
     engine.reset_calls()
     rollout = Rollout(group=group, question=question, answers=tuple(answers))
-    tool_of: dict[int, str] = {}
+    call_of: dict[int, tuple[str, Any]] = {}
     result = None
     try:
         stream = Agent(engine, list(tools), config=agent_config).events(question)
@@ -279,14 +280,14 @@ def run_rollout(
                 result = stop.value
                 break
             if isinstance(event, ToolCalled):
-                tool_of[event.turn] = event.name
+                call_of[event.turn] = (event.name, event.arguments)
             elif isinstance(event, TurnCompleted):
                 rollout.turns.append({"kind": event.kind, "tool": None, "format_errors": len(event.format_errors),
                                       "index": event.turn})
     except Exception as exc:  # an exception out of the loop must not stop training: the rollout scores 0
         rollout.failure = f"{type(exc).__name__}: {exc}"
     for turn in rollout.turns:
-        turn["tool"] = tool_of.get(turn.pop("index"))
+        turn["tool"], turn["arguments"] = call_of.get(turn.pop("index"), (None, None))
     calls = engine.reset_calls()
     if result is not None:
         rollout.answer, rollout.termination = result.answer, result.termination
@@ -295,7 +296,7 @@ def run_rollout(
     # The turns the agent recorded and the calls the engine saw correspond one to one (max_retries=1); a failure
     # can leave a call without its turn: it is context-free sampling, kept as a malformed turn.
     while len(rollout.turns) < len(calls):
-        rollout.turns.append({"kind": "malformed", "tool": None, "format_errors": 1})
+        rollout.turns.append({"kind": "malformed", "tool": None, "arguments": None, "format_errors": 1})
     rollout.outcome = outcome_score(rollout.answer, answers, outcome_metric) if rollout.failure is None else 0.0
     rollout.correct = exact_match(rollout.answer, answers) == 1.0
     rollout.sequences = assemble(calls)

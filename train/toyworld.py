@@ -20,6 +20,12 @@ The world is built so that tools are needed:
 The oracle reads every observation as the model would (the search results' titles and URLs, the fact sentences of
 the visited page, which it quotes before it uses a fact); when an observation does not hold what it needs, it gives
 up and the session is not a sample.
+
+With ``--detour-share S`` (default 0) the oracle is an imperfect demonstrator, as open research trajectories are: in
+a share S of its sessions (drawn per question from the seed) its first visit opens the top search result that is
+not the subject's page (a neighbour or a namesake), says so, then opens the subject's page. The choice is made in
+the visit call's URL after the same reasoning, so a model fine-tuned on these sessions opens a wrong page with
+probability about S: an error in a research turn, which information-gain rewards can single out (issue 11).
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from typing import Any, Callable, Sequence
 
 from venus_edge.protocol import IM_END, IM_START, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 
-__all__ = ["OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "run_oracle"]
+__all__ = ["OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "research_errors",
+           "run_oracle"]
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kl", "st", "th")
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "eo")
@@ -224,17 +231,28 @@ def _call(reasoning: str, name: str, arguments: dict[str, Any]) -> str:
     return f"{reasoning}\n</think>\n\n<tool_call>\n{body}\n</tool_call>"
 
 
-def _url_of(observation: str, name: str) -> str:
+def _search_hits(observation: str) -> list[dict[str, Any]]:
     body = observation.removeprefix(TOOL_RESPONSE_OPEN).removesuffix(TOOL_RESPONSE_CLOSE).strip()
     try:
         blocks = json.loads(body)
     except json.JSONDecodeError:
         raise OracleGaveUp("the search result is not JSON") from None
-    for block in blocks:
-        for hit in block.get("web_page_info_list", []):
-            if hit.get("title") == name:
-                return str(hit["url"])
+    return [hit for block in blocks for hit in block.get("web_page_info_list", [])]
+
+
+def _url_of(observation: str, name: str) -> str:
+    for hit in _search_hits(observation):
+        if hit.get("title") == name:
+            return str(hit["url"])
     raise OracleGaveUp(f"no search result is the page of {name}")
+
+
+def _other_hit(observation: str, name: str) -> tuple[str, str]:
+    """(title, URL) of the top search result that is not the page of ``name``."""
+    for hit in _search_hits(observation):
+        if hit.get("title") != name:
+            return str(hit["title"]), str(hit["url"])
+    raise OracleGaveUp(f"every search result is the page of {name}")
 
 
 def _fact(observation: str, fact: str) -> str:
@@ -251,7 +269,7 @@ def _quote(observation: str, fact: str) -> str:
     return match.group(0)
 
 
-def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
+def oracle_policy(question: ToyQuestion, *, detour: bool = False) -> Callable[[str], str]:
     """The next turn for ``question`` given the rendered prompt so far (``ScriptedEngine(turns=policy)``).
 
     Turn by turn: search the subject; visit the result titled with the subject's name; read the fact (one hop:
@@ -259,6 +277,8 @@ def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
     Every turn's reasoning opens by restating what the question asks and says what this turn needs ("I need ...")
     before it acts: a small model then finds the goal in the turn before (an earlier "I need" to copy from), not
     only in the question hundreds of tokens back, behind the search results.
+    ``detour``: the first visit opens the top result that is not the subject's page, with the same reasoning; the
+    next turn names whose page it was and opens the subject's (one more turn).
     """
     fact = question.kind.rstrip("2")
     subject = question.subject
@@ -274,8 +294,15 @@ def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
             return _call(f"{opening} I need {first_goal}. I will search for {subject}.", "search",
                          {"query": [subject]})
         if done == 1:
+            url = _other_hit(observation, subject)[1] if detour else _url_of(observation, subject)
             return _call(f"{opening} The page of {subject} is in the results. I need {first_goal}. I will read it.",
-                         "visit", {"url": [_url_of(observation, subject)], "goal": first_goal})
+                         "visit", {"url": [url], "goal": first_goal})
+        if detour and done == 2:  # the extractive visit may leave out the wrong page's heading: its title is read
+            results = messages[-3][1]  # from the search results
+            return _call(f"{opening} This page is about {_other_hit(results, subject)[0]}, not {subject}. I need "
+                         f"{first_goal}. I will read the page of {subject}.", "visit",
+                         {"url": [_url_of(results, subject)], "goal": first_goal})
+        done -= int(detour)
         if done == 2 and question.hops == 2:
             mentor = _fact(observation, "mentor")
             return _call(f"{opening} The page says: {_quote(observation, 'mentor')} So the mentor of {subject} was "
@@ -295,18 +322,29 @@ def oracle_policy(question: ToyQuestion) -> Callable[[str], str]:
     return next_turn
 
 
-def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path) -> tuple[int, int]:
+def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *, detour_share: float = 0.0,
+               seed: int = 0) -> tuple[int, int]:
     """Run the oracle on each question through ``Agent`` with the corpus's search and extractive visit tools,
-    appending every session to ``journal``; returns (sessions answered correctly, sessions run)."""
+    appending every session to ``journal``; returns (sessions answered correctly, sessions run).
+
+    ``detour_share``: the share of sessions (drawn per question from ``seed``) whose first visit opens a wrong page
+    (``oracle_policy(detour=True)``).
+
+    Raises:
+        ValueError: ``detour_share`` outside [0, 1].
+    """
+    if not 0.0 <= detour_share <= 1.0:
+        raise ValueError(f"detour_share must be between 0 and 1, not {detour_share}")
     from venus_edge.agent import Agent, AgentConfig
     from venus_edge.testing import ScriptedEngine
     from venus_edge.toolbox import close_tools, default_tools
 
     tools = default_tools([corpus])
+    rng = random.Random(seed)
     correct = 0
     try:
         for question in questions:
-            engine = ScriptedEngine(turns=oracle_policy(question))
+            engine = ScriptedEngine(turns=oracle_policy(question, detour=rng.random() < detour_share))
             try:
                 result = Agent(engine, tools, config=AgentConfig(max_turns=8, max_retries=1),
                                trajectory_path=journal).run(question.question)
@@ -316,3 +354,56 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path) ->
     finally:
         close_tools(tools)
     return correct, len(questions)
+
+
+def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, Any]:
+    """How often evaluated sessions opened a page their question does not need, and what it cost them.
+
+    Reads the world's ``questions-*.jsonl`` and corpus pages and the evaluation's ``results.jsonl`` and
+    ``trajectories.jsonl`` (as ``venus-edge eval --out`` writes them). The pages a question needs are its subject's
+    and, for a two-hop question, the subject's mentor's; a visit to any other page is a research error (a detour).
+
+    Returns:
+        ``sessions``; ``wrong_page_sessions``: sessions that opened at least one page not needed, and their share
+        ``wrong_page_share``; ``accuracy_with_wrong_page`` and ``accuracy_without`` (None when no session is in
+        the group).
+
+    Raises:
+        FileNotFoundError: a file is missing. KeyError: a result's question is not one of the world's.
+    """
+    world, evaluation = Path(world_dir), Path(eval_dir)
+    subjects = {}
+    for part in ("train", "heldout"):
+        for line in (world / f"questions-{part}.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            subjects[row["question"]] = (row["subject"], row["kind"].endswith("2"))
+    mentors = {}
+    for page in (world / "corpus").glob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        name, mentor = _FACT_PATTERNS["name"].search(text), _FACT_PATTERNS["mentor"].search(text)
+        if name:
+            mentors[name.group(1)] = mentor.group(1) if mentor else None
+    opened: dict[str, list[str]] = {}
+    for line in (evaluation / "trajectories.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        call = record.get("tool_call") or {}
+        if record.get("record") == "turn" and call.get("name") == "visit":
+            urls = call.get("arguments", {}).get("url", [])
+            opened.setdefault(record["session_id"], []).extend(urls if isinstance(urls, list) else [urls])
+    groups: dict[bool, list[bool]] = {True: [], False: []}
+    for line in (evaluation / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        result = json.loads(line)
+        subject, two_hop = subjects[result["question"]]
+        needed = {subject, mentors.get(subject)} if two_hop else {subject}
+        slugs = {name.lower().replace(" ", "-") for name in needed if name}
+        wrong = any(str(url).rsplit("/", 1)[-1].removesuffix(".md") not in slugs
+                    for url in opened.get(result["session_id"], []))
+        groups[wrong].append(bool(result["correct"]))
+    sessions = len(groups[True]) + len(groups[False])
+
+    def accuracy(outcomes: list[bool]) -> float | None:
+        return round(sum(outcomes) / len(outcomes), 4) if outcomes else None
+
+    return {"sessions": sessions, "wrong_page_sessions": len(groups[True]),
+            "wrong_page_share": round(len(groups[True]) / sessions, 4) if sessions else None,
+            "accuracy_with_wrong_page": accuracy(groups[True]), "accuracy_without": accuracy(groups[False])}

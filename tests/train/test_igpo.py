@@ -88,6 +88,10 @@ def test_ig_rewards_sit_on_the_visit_turns_and_the_outcome_on_the_last(toy, poli
         close_tools(tools)
     assert [t["kind"] for t in rollout.turns] == ["tool_call"] * 4 + ["answer"]
     assert [t["tool"] for t in rollout.turns] == ["search", "visit", "search", "visit", None]
+    mentor = rollout.turns[2]["arguments"]["query"][0]
+    assert rollout.turns[0]["arguments"] == {"query": [question.subject]} and mentor != question.subject
+    assert rollout.turns[3]["arguments"]["url"] == [f"corpus://corpus/{mentor.lower().replace(' ', '-')}.md"]
+    assert rollout.turns[4]["arguments"] is None
     assert rollout.correct and rollout.outcome == 1.0 and rollout.failure is None
     # scored: the prompt (baseline) and the contexts after each visit result; IG_t goes to turn t-1
     assert [s is not None for s in rollout.boundary_scores] == [True, False, True, False, True]

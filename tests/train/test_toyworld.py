@@ -10,7 +10,8 @@ import pytest
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.testing import ScriptedEngine
 from venus_edge.toolbox import default_tools
-from venus_edge.train.toyworld import OracleGaveUp, ToyQuestion, generate_world, oracle_policy, run_oracle
+from venus_edge.train.toyworld import (OracleGaveUp, ToyQuestion, generate_world, oracle_policy, research_errors,
+                                      run_oracle)
 
 
 def test_the_same_seed_writes_the_same_world(tmp_path):
@@ -91,3 +92,65 @@ def test_a_world_needs_people():
     with pytest.raises(ValueError, match="at least 8 people"):
         generate_world("/nonexistent", people=3)
     assert ToyQuestion("x", "town2", "A B", "q", "a").hops == 2
+
+
+def test_a_detour_opens_a_wrong_page_with_the_same_reasoning_then_the_right_one(tmp_path):
+    """An imperfect demonstration: the wrong choice is in the visit call's URL only, after the reasoning a direct
+    session writes, so a model trained on both learns to open a wrong page with the detours' share."""
+    world = generate_world(tmp_path, people=16, seed=2)
+    question = next(q for q in world.train if q.kind == "town2")
+    subject = next(p for p in world.people if p.name == question.subject)
+    run_oracle([question], world.corpus, tmp_path / "direct.jsonl")
+    assert run_oracle([question], world.corpus, tmp_path / "detour.jsonl", detour_share=1.0) == (1, 1)
+
+    def turns(name):
+        records = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        return [r for r in records if r.get("record") == "turn"]
+
+    direct, detour = turns("direct.jsonl"), turns("detour.jsonl")
+    assert len(detour) == len(direct) + 1 == 6
+    wrong, right = (turn["tool_call"]["arguments"]["url"][0] for turn in detour[1:3])
+    assert right == f"corpus://corpus/{subject.slug}.md" != wrong
+    assert direct[1]["tool_call"]["arguments"]["url"][0] == right
+    assert detour[1]["content"].split("<tool_call>")[0] == direct[1]["content"].split("<tool_call>")[0]
+    wrong_name = next(p.name for p in world.people if wrong.endswith(f"/{p.slug}.md"))
+    assert f"This page is about {wrong_name}, not {subject.name}." in detour[2]["content"]
+    assert [t["tool_call"] for t in detour[3:5]] == [t["tool_call"] for t in direct[2:4]]
+
+
+def test_the_detour_share_is_drawn_per_question_from_the_seed(tmp_path):
+    world = generate_world(tmp_path, people=16, seed=2)
+    questions = [q for q in world.train if q.hops == 1][:20]
+
+    def visits(name, **options):
+        assert run_oracle(questions, world.corpus, tmp_path / name, **options) == (20, 20)
+        records = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        return sum(1 for r in records if (r.get("tool_call") or {}).get("name") == "visit")
+
+    assert visits("none.jsonl") == 20
+    assert visits("all.jsonl", detour_share=1.0) == 40
+    half = visits("half.jsonl", detour_share=0.5, seed=1)
+    assert 20 < half < 40 and visits("again.jsonl", detour_share=0.5, seed=1) == half
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        run_oracle(questions, world.corpus, tmp_path / "bad.jsonl", detour_share=1.5)
+
+
+def test_research_errors_count_the_sessions_that_opened_a_page_not_needed(tmp_path):
+    world = generate_world(tmp_path / "world", people=16, seed=2)
+    direct = [q for q in world.train if q.kind == "trade2"][:2] + [q for q in world.train if q.kind == "town"][:1]
+    detoured = [q for q in world.train if q.kind == "year"][:2]
+    evaluation = tmp_path / "eval"
+    evaluation.mkdir()
+    journal = evaluation / "trajectories.jsonl"
+    run_oracle(direct, world.corpus, journal)
+    run_oracle(detoured, world.corpus, journal, detour_share=1.0)
+    starts = [json.loads(line) for line in journal.read_text().splitlines()]
+    starts = [r for r in starts if r.get("record") == "start"]
+    # graded by hand: one direct session wrong, one detoured session right
+    correct = {starts[0]["session_id"]: False, starts[3]["session_id"]: True}
+    (evaluation / "results.jsonl").write_text("".join(
+        json.dumps({"question": r["question"], "session_id": r["session_id"], "correct": correct.get(r["session_id"],
+                    r["question"] in {q.question for q in direct})}) + "\n" for r in starts))
+    assert research_errors(world.corpus.parent, evaluation) == {
+        "sessions": 5, "wrong_page_sessions": 2, "wrong_page_share": 0.4, "accuracy_with_wrong_page": 0.5,
+        "accuracy_without": round(2 / 3, 4)}
