@@ -9,6 +9,7 @@
 # outcome-only: held-out accuracy greedy and sampled, the share of sessions that opened a page their question does
 # not need (research errors; see DETOUR_SHARE in scripts/toy_sft.sh), the mean training reward of the first and last
 # steps.
+# GAMMA (default 0.95, DR-Venus's) is the discount of the turn advantages.
 # ROLLOUT_SERVER=llama-server samples the rollouts on a managed llama-server, GROUP at once (default: in the training
 # process, one after another).
 set -euo pipefail
@@ -23,6 +24,7 @@ QUESTIONS=${QUESTIONS:-4}
 GROUP=${GROUP:-8}
 LR=${LR:-1e-4}
 TEMPERATURE=${TEMPERATURE:-1.0}
+GAMMA=${GAMMA:-0.95}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 SAMPLES=${SAMPLES:-4}
 mkdir -p "$OUT"
@@ -61,6 +63,7 @@ information_gain: $([ "$MODE" = igpo ] && echo true || echo false)
 max_turns: 6
 max_tokens: 160
 temperature: $TEMPERATURE
+gamma: $GAMMA
 n_ctx: 8192
 seed: $SEED
 YAML

@@ -110,6 +110,35 @@ def test_information_gain_changes_only_the_turns_before_the_answer():
     assert per_turn(_group(), "joint")[0][-1] != pytest.approx(per_turn(ablation, "joint")[0][-1])
 
 
+@pytest.mark.parametrize("direct_gain, wrong_gain, recovery_gain", [(2.0, -1.0, 3.0), (-2.0, -3.0, 1.0)])
+def test_a_detour_s_information_gains_telescope_in_the_discounted_return(direct_gain, wrong_gain, recovery_gain):
+    # One rollout visits the right page (IG g); another first opens a wrong page (g1), then the right one (g2), with
+    # g1 + g2 = g: the belief ends where the direct visit's ends. Same outcome. The wrong visit's return is
+    # (g1 - mu)/sd + gamma (g2 - mu)/sd and the direct visit's (g - mu)/sd: they differ by only
+    # (-(1 - gamma) g2 - gamma mu)/sd, so with gamma near 1 the wrong visit is hardly singled out, and when the
+    # group's mean IG mu is negative the extra turn even earns a bonus. With gamma 0 each visit keeps its own IG.
+    assert wrong_gain + recovery_gain == direct_gain
+    direct = [TurnReward(1, direct_gain, "information_gain"), TurnReward(2, 1.0, "outcome")]
+    detour = [TurnReward(1, wrong_gain, "information_gain"), TurnReward(2, recovery_gain, "information_gain"),
+              TurnReward(3, 1.0, "outcome")]
+    gains = [direct_gain, wrong_gain, recovery_gain]
+    mu = sum(gains) / 3
+    sd = math.sqrt(sum((g - mu) ** 2 for g in gains) / 3 + 1e-8) + 1e-6
+
+    def first_visit_returns(gamma):  # (direct rollout's, detour rollout's) return on turn 1
+        (direct_returns, detour_returns), _ = igpo_advantages([direct, detour], ["q", "q"], normalization="separate",
+                                                              gamma=gamma)
+        return direct_returns[0][1], detour_returns[0][1]
+
+    for gamma in (0.95, 0.0):
+        direct_return, wrong_return = first_visit_returns(gamma)
+        assert wrong_return - direct_return == pytest.approx((-(1 - gamma) * recovery_gain - gamma * mu) / sd)
+    direct_return, wrong_return = first_visit_returns(0.95)
+    assert (wrong_return > direct_return) == (mu < 0)
+    direct_return, wrong_return = first_visit_returns(0.0)
+    assert wrong_return < direct_return  # gamma 0: the wrong page is judged by its own, smaller gain
+
+
 def test_joint_normalization_pools_every_reward_of_the_group():
     advantages, _ = igpo_advantages(_group(), ["q", "q"], normalization="joint", gamma=0.0)
     values = [0.5, 1.0, -0.5, -1.0, 0.0]
