@@ -38,8 +38,8 @@ _MODULE_EXPORTS = {
             "trained_added_tokens"),
     "tinymodel": ("COPY_PHASES", "copy_window", "pretrain_copying", "write_tiny_model"),
     "tokenize": ("TokenizedSample", "tokenize_messages", "tokenize_samples"),
-    "toyworld": ("OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "research_errors",
-                 "run_oracle"),
+    "toyworld": ("OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy",
+                 "research_errors", "run_oracle"),
 }
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 

@@ -220,7 +220,8 @@ def _toy_world(args: argparse.Namespace) -> int:
         print(f"error: --detour-share must be between 0 and 1, not {args.detour_share}", file=sys.stderr)
         return 2
     world = generate_world(args.out, people=args.people, seed=args.seed)
-    correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share, seed=args.seed)
+    correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share,
+                                seed=args.seed)
     print(f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
           f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}")
     return 0

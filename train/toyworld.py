@@ -74,6 +74,11 @@ _SENTENCES = {
 }
 
 
+def _slug(name: str) -> str:
+    """The corpus file stem of a person's page."""
+    return name.lower().replace(" ", "-")
+
+
 @dataclass(frozen=True)
 class Person:
     """An invented person; ``mentor`` is another person's name (None for the first generation)."""
@@ -87,7 +92,7 @@ class Person:
 
     @property
     def slug(self) -> str:
-        return self.name.lower().replace(" ", "-")
+        return _slug(self.name)
 
     def page(self) -> str:
         """The person's page: an opening paragraph naming them and a neighbour, then the facts."""
@@ -395,7 +400,7 @@ def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, An
         result = json.loads(line)
         subject, two_hop = subjects[result["question"]]
         needed = {subject, mentors.get(subject)} if two_hop else {subject}
-        slugs = {name.lower().replace(" ", "-") for name in needed if name}
+        slugs = {_slug(name) for name in needed if name}
         wrong = any(str(url).rsplit("/", 1)[-1].removesuffix(".md") not in slugs
                     for url in opened.get(result["session_id"], []))
         groups[wrong].append(bool(result["correct"]))

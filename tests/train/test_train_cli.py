@@ -133,3 +133,20 @@ def test_copy_pretraining_trains_the_model_in_place_and_reports_the_repeat_loss(
     assert main(["train", "tiny-model", str(tmp_path / "t.md"), "--out", str(tmp_path / "n"), "--vocab", "512",
                  "--hidden", "64", "--layers", "2", "--pretrain-copying", "2"]) == 0
     assert "pretrained to copy: 2 steps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("share", ["1.5", "-0.1", "nan"])
+def test_toy_world_refuses_a_detour_share_outside_zero_to_one(tmp_path, capsys, share):
+    assert main(["train", "toy-world", str(tmp_path / "w"), "--people", "8", "--detour-share", share]) == 2
+    assert "--detour-share must be between 0 and 1" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # nothing half-written
+
+
+def test_toy_world_with_detours_writes_longer_oracle_sessions(tmp_path, capsys):
+    assert main(["train", "toy-world", str(tmp_path / "w"), "--people", "8", "--detour-share", "1"]) == 0
+    assert "the oracle answered" in capsys.readouterr().out
+    records = [json.loads(line) for line in (tmp_path / "w" / "trajectories.jsonl").read_text().splitlines()]
+    questions = (tmp_path / "w" / "questions-train.jsonl").read_text().splitlines()
+    visits = sum(1 for r in records if (r.get("tool_call") or {}).get("name") == "visit")
+    two_hop = sum(1 for line in questions if json.loads(line)["kind"].endswith("2"))
+    assert visits == 2 * len(questions) + two_hop  # every session opens one wrong page more than it needs
