@@ -15,9 +15,18 @@ evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR LIMIT [EXTRA
 }
 
 wrong_pages() {  # wrong_pages WORLD_DIR EVAL_DIR -> share of sessions that opened a page the question does not need
-  $PY -c "import sys; from venus_edge.train.toyworld import research_errors as r
-try: print(r(sys.argv[1], sys.argv[2])['wrong_page_share'])
-except FileNotFoundError: print('-')" "$1" "$2"
+  $PY - "$1" "$2" <<'PYTHON'
+import sys
+from pathlib import Path
+from venus_edge.train.toyworld import research_errors
+share = None
+if (Path(sys.argv[2]) / "summary.json").exists():  # a finished evaluation, as figures() reads
+    try:
+        share = research_errors(sys.argv[1], sys.argv[2])["wrong_page_share"]
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"wrong_pages: {exc}", file=sys.stderr)
+print("-" if share is None else share)
+PYTHON
 }
 
 figures() {  # figures EVAL_DIR -> "well_formed_turns | pass@1"

@@ -37,7 +37,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
+from urllib.parse import unquote, urlsplit
 
+from venus_edge.jsonl import iter_records
 from venus_edge.protocol import IM_END, IM_START, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 
 __all__ = ["OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "research_errors",
@@ -252,12 +254,12 @@ def _url_of(observation: str, name: str) -> str:
     raise OracleGaveUp(f"no search result is the page of {name}")
 
 
-def _other_hit(observation: str, name: str) -> tuple[str, str]:
-    """(title, URL) of the top search result that is not the page of ``name``."""
+def _other_hit(observation: str, name: str, avoid: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """(title, URL) of the top search result that is not the page of ``name`` nor of a name in ``avoid``."""
     for hit in _search_hits(observation):
-        if hit.get("title") != name:
+        if hit.get("title") != name and hit.get("title") not in avoid:
             return str(hit["title"]), str(hit["url"])
-    raise OracleGaveUp(f"every search result is the page of {name}")
+    raise OracleGaveUp(f"every search result is the page of {name} or of a page the question needs")
 
 
 def _fact(observation: str, fact: str) -> str:
@@ -274,7 +276,8 @@ def _quote(observation: str, fact: str) -> str:
     return match.group(0)
 
 
-def oracle_policy(question: ToyQuestion, *, detour: bool = False) -> Callable[[str], str]:
+def oracle_policy(question: ToyQuestion, *, detour: bool = False,
+                  needed: frozenset[str] = frozenset()) -> Callable[[str], str]:
     """The next turn for ``question`` given the rendered prompt so far (``ScriptedEngine(turns=policy)``).
 
     Turn by turn: search the subject; visit the result titled with the subject's name; read the fact (one hop:
@@ -282,8 +285,9 @@ def oracle_policy(question: ToyQuestion, *, detour: bool = False) -> Callable[[s
     Every turn's reasoning opens by restating what the question asks and says what this turn needs ("I need ...")
     before it acts: a small model then finds the goal in the turn before (an earlier "I need" to copy from), not
     only in the question hundreds of tokens back, behind the search results.
-    ``detour``: the first visit opens the top result that is not the subject's page, with the same reasoning; the
-    next turn names whose page it was and opens the subject's (one more turn).
+    ``detour``: the first visit opens the top result that is not the subject's page nor one of ``needed`` (the
+    names of the other pages the question needs: a two-hop question's mentor, who may share the subject's first
+    name), with the same reasoning; the next turn names whose page it was and opens the subject's (one more turn).
     """
     fact = question.kind.rstrip("2")
     subject = question.subject
@@ -299,12 +303,13 @@ def oracle_policy(question: ToyQuestion, *, detour: bool = False) -> Callable[[s
             return _call(f"{opening} I need {first_goal}. I will search for {subject}.", "search",
                          {"query": [subject]})
         if done == 1:
-            url = _other_hit(observation, subject)[1] if detour else _url_of(observation, subject)
+            url = _other_hit(observation, subject, needed)[1] if detour else _url_of(observation, subject)
             return _call(f"{opening} The page of {subject} is in the results. I need {first_goal}. I will read it.",
                          "visit", {"url": [url], "goal": first_goal})
         if detour and done == 2:  # the extractive visit may leave out the wrong page's heading: its title is read
             results = messages[-3][1]  # from the search results
-            return _call(f"{opening} This page is about {_other_hit(results, subject)[0]}, not {subject}. I need "
+            opened = _other_hit(results, subject, needed)[0]
+            return _call(f"{opening} This page is about {opened}, not {subject}. I need "
                          f"{first_goal}. I will read the page of {subject}.", "visit",
                          {"url": [_url_of(results, subject)], "goal": first_goal})
         done -= int(detour)
@@ -333,7 +338,7 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *,
     appending every session to ``journal``; returns (sessions answered correctly, sessions run).
 
     ``detour_share``: the share of sessions (drawn per question from ``seed``) whose first visit opens a wrong page
-    (``oracle_policy(detour=True)``).
+    (``oracle_policy(detour=True)``; never a page the question needs, read from the subject's page in ``corpus``).
 
     Raises:
         ValueError: ``detour_share`` outside [0, 1].
@@ -349,7 +354,9 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *,
     correct = 0
     try:
         for question in questions:
-            engine = ScriptedEngine(turns=oracle_policy(question, detour=rng.random() < detour_share))
+            detour = rng.random() < detour_share
+            engine = ScriptedEngine(turns=oracle_policy(question, detour=detour, needed=_needed_besides_subject(
+                question, corpus) if detour else frozenset()))
             try:
                 result = Agent(engine, tools, config=AgentConfig(max_turns=8, max_retries=1),
                                trajectory_path=journal).run(question.question)
@@ -359,6 +366,15 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *,
     finally:
         close_tools(tools)
     return correct, len(questions)
+
+
+def _needed_besides_subject(question: ToyQuestion, corpus: Path) -> frozenset[str]:
+    """The mentor's name for a two-hop question (from the subject's page), else nothing."""
+    if question.hops == 1:
+        return frozenset()
+    page = corpus / f"{_slug(question.subject)}.md"
+    mentor = _FACT_PATTERNS["mentor"].search(page.read_text(encoding="utf-8")) if page.exists() else None
+    return frozenset({mentor.group(1)}) if mentor else frozenset()
 
 
 def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, Any]:
@@ -389,20 +405,17 @@ def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, An
         if name:
             mentors[name.group(1)] = mentor.group(1) if mentor else None
     opened: dict[str, list[str]] = {}
-    for line in (evaluation / "trajectories.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
+    for record in _records(evaluation / "trajectories.jsonl"):
         call = record.get("tool_call") or {}
         if record.get("record") == "turn" and call.get("name") == "visit":
-            urls = call.get("arguments", {}).get("url", [])
+            urls = (call.get("arguments") or {}).get("url", [])
             opened.setdefault(record["session_id"], []).extend(urls if isinstance(urls, list) else [urls])
     groups: dict[bool, list[bool]] = {True: [], False: []}
-    for line in (evaluation / "results.jsonl").read_text(encoding="utf-8").splitlines():
-        result = json.loads(line)
+    for result in _records(evaluation / "results.jsonl"):
         subject, two_hop = subjects[result["question"]]
         needed = {subject, mentors.get(subject)} if two_hop else {subject}
         slugs = {_slug(name) for name in needed if name}
-        wrong = any(str(url).rsplit("/", 1)[-1].removesuffix(".md") not in slugs
-                    for url in opened.get(result["session_id"], []))
+        wrong = any(_page_stem(url) not in slugs for url in opened.get(result["session_id"], []))
         groups[wrong].append(bool(result["correct"]))
     sessions = len(groups[True]) + len(groups[False])
 
@@ -412,3 +425,15 @@ def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, An
     return {"sessions": sessions, "wrong_page_sessions": len(groups[True]),
             "wrong_page_share": round(len(groups[True]) / sessions, 4) if sessions else None,
             "accuracy_with_wrong_page": accuracy(groups[True]), "accuracy_without": accuracy(groups[False])}
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The readable records of a JSONL file the runtime wrote (a line torn by a killed run is skipped)."""
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    return [record for _, record, _ in iter_records(path) if isinstance(record, dict)]
+
+
+def _page_stem(url: Any) -> str:
+    """The corpus file stem a visit URL opens: the corpus tool ignores a query and a fragment and unquotes the path."""
+    return unquote(urlsplit(str(url)).path).rsplit("/", 1)[-1].removesuffix(".md")

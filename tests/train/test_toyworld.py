@@ -154,3 +154,51 @@ def test_research_errors_count_the_sessions_that_opened_a_page_not_needed(tmp_pa
     assert research_errors(world.corpus.parent, evaluation) == {
         "sessions": 5, "wrong_page_sessions": 2, "wrong_page_share": 0.4, "accuracy_with_wrong_page": 0.5,
         "accuracy_without": round(2 / 3, 4)}
+
+
+def test_a_detour_never_opens_a_page_the_question_needs(tmp_path):
+    # In this world some mentors share their mentee's first name: the top result that is not the subject's page is
+    # then the mentor's, which the question needs (and cleaning would drop the later, real visit as a duplicate).
+    world = generate_world(tmp_path, people=16, seed=1)
+    two_hop = [q for q in world.train if q.hops == 2]
+    mentors = {p.name: p.mentor for p in world.people}
+    assert any(mentors[q.subject].split(" ")[0] == q.subject.split(" ")[0] for q in two_hop)
+    assert run_oracle(two_hop, world.corpus, tmp_path / "j.jsonl", detour_share=1.0) == (len(two_hop), len(two_hop))
+    records = [json.loads(line) for line in (tmp_path / "j.jsonl").read_text().splitlines()]
+    visits: dict[str, list[str]] = {}
+    for record in records:
+        if (record.get("tool_call") or {}).get("name") == "visit":
+            visits.setdefault(record["session_id"], []).extend(record["tool_call"]["arguments"]["url"])
+    assert len(visits) == len(two_hop)
+    for urls in visits.values():
+        assert len(urls) == 3 and len(set(urls)) == 3  # wrong page, subject, mentor: none twice
+
+
+def test_research_errors_read_what_a_killed_or_odd_evaluation_left(tmp_path):
+    world = generate_world(tmp_path / "world", people=16, seed=2)
+    questions = [q for q in world.train if q.hops == 1][:2]
+    evaluation = tmp_path / "eval"
+    evaluation.mkdir()
+    journal = evaluation / "trajectories.jsonl"
+    run_oracle(questions, world.corpus, journal)
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    starts = [r for r in records if r.get("record") == "start"]
+    for record in records:  # the same pages, spelled as the corpus tool also reads them
+        call = record.get("tool_call") or {}
+        if call.get("name") == "visit":
+            url = call["arguments"]["url"][0]
+            call["arguments"]["url"] = [url + "#life"] if record["session_id"] == starts[0]["session_id"] else \
+                url.replace("-", "%2D") + "?x=1"
+        if record.get("record") == "turn":
+            record["content"] += "\u2028\x85"  # line separators json.dumps leaves raw
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]
+    journal.write_text("\n".join(lines) + '\n{"session_id": "torn', encoding="utf-8")
+    (evaluation / "results.jsonl").write_text("".join(
+        json.dumps({"question": r["question"], "session_id": r["session_id"], "correct": True}) + "\n\n"
+        for r in starts) + '{"question": "cut', encoding="utf-8")
+    assert research_errors(world.corpus.parent, evaluation) == {
+        "sessions": 2, "wrong_page_sessions": 0, "wrong_page_share": 0.0, "accuracy_with_wrong_page": None,
+        "accuracy_without": 1.0}
+    (evaluation / "results.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="results.jsonl"):
+        research_errors(world.corpus.parent, evaluation)
