@@ -368,13 +368,17 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *,
     return correct, len(questions)
 
 
+def _mentor_of(name: str, corpus: Path) -> str | None:
+    """The mentor named on the page of ``name`` in ``corpus`` (None: no such page, or no mentor)."""
+    page = corpus / f"{_slug(name)}.md"
+    mentor = _FACT_PATTERNS["mentor"].search(page.read_text(encoding="utf-8")) if page.exists() else None
+    return mentor.group(1) if mentor else None
+
+
 def _needed_besides_subject(question: ToyQuestion, corpus: Path) -> frozenset[str]:
     """The mentor's name for a two-hop question (from the subject's page), else nothing."""
-    if question.hops == 1:
-        return frozenset()
-    page = corpus / f"{_slug(question.subject)}.md"
-    mentor = _FACT_PATTERNS["mentor"].search(page.read_text(encoding="utf-8")) if page.exists() else None
-    return frozenset({mentor.group(1)}) if mentor else frozenset()
+    mentor = _mentor_of(question.subject, corpus) if question.hops == 2 else None
+    return frozenset({mentor}) if mentor else frozenset()
 
 
 def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, Any]:
@@ -395,15 +399,8 @@ def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, An
     world, evaluation = Path(world_dir), Path(eval_dir)
     subjects = {}
     for part in ("train", "heldout"):
-        for line in (world / f"questions-{part}.jsonl").read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
+        for row in _records(world / f"questions-{part}.jsonl"):
             subjects[row["question"]] = (row["subject"], row["kind"].endswith("2"))
-    mentors = {}
-    for page in (world / "corpus").glob("*.md"):
-        text = page.read_text(encoding="utf-8")
-        name, mentor = _FACT_PATTERNS["name"].search(text), _FACT_PATTERNS["mentor"].search(text)
-        if name:
-            mentors[name.group(1)] = mentor.group(1) if mentor else None
     opened: dict[str, list[str]] = {}
     for record in _records(evaluation / "trajectories.jsonl"):
         call = record.get("tool_call") or {}
@@ -413,7 +410,7 @@ def research_errors(world_dir: str | Path, eval_dir: str | Path) -> dict[str, An
     groups: dict[bool, list[bool]] = {True: [], False: []}
     for result in _records(evaluation / "results.jsonl"):
         subject, two_hop = subjects[result["question"]]
-        needed = {subject, mentors.get(subject)} if two_hop else {subject}
+        needed = {subject, _mentor_of(subject, world / "corpus")} if two_hop else {subject}
         slugs = {_slug(name) for name in needed if name}
         wrong = any(_page_stem(url) not in slugs for url in opened.get(result["session_id"], []))
         groups[wrong].append(bool(result["correct"]))
