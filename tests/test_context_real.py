@@ -1,10 +1,18 @@
-"""Each context policy on a real model past its budget: SmolLM2 under the strict grammar, n_ctx 1024, the real
-Python docs corpus. No run may overflow n_ctx or cut a turn silently; keep-last-k and summarize go on researching
-where force-answer stops."""
+"""Each context policy on a real model past its budget: SmolLM2 under the strict grammar, n_ctx 2048, search over the
+real Python docs corpus. No run may overflow n_ctx or cut a turn silently; keep-last-k and summarize go on researching
+where force-answer stops.
+
+What the model writes differs between CPUs, seeds and thread counts, so the conditions make every asserted
+outcome certain for any text it samples: each search result carries enough real documentation text to pass the
+budget on its own (so every tool call ends at the budget), the grammar allows tool calls only until the fifth
+(``min_tool_calls``) and bounds each turn's length (so the stubbed or restarted conversation always fits again).
+"""
 
 from __future__ import annotations
 
 import pytest
+
+from typing import Any
 
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engine import LlamaCppEngine, SamplingParams
@@ -12,10 +20,11 @@ from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
 from venus_edge.grammar import GrammarLimits
 from venus_edge.testing import collect_events
 from venus_edge.toolbox import default_tools
+from venus_edge.tools.base import Tool, ToolResult
 from venus_edge.trajectory import read_journal
 
 pytestmark = pytest.mark.slow
-N_CTX = 1_024
+N_CTX = 2_048
 QUESTION = "Which Python version added the tomllib module, and what does tomllib.load return?"
 
 
@@ -25,14 +34,31 @@ def engine(smollm2_gguf):
         yield engine
 
 
+class PaddedSearch:
+    """The real corpus search, each result followed by real documentation text up to ``min_tokens`` tokens: one
+    result passes any budget below ``min_tokens``, whatever the model searched for."""
+
+    def __init__(self, search: Tool, padding: str) -> None:
+        self.name, self.schema, self.search, self.padding = search.name, search.schema, search, padding
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        result = self.search(arguments)
+        return ToolResult(f"{result.text}\n\n{self.padding}", result.visited_urls, result.failures, result.attempts)
+
+
 @pytest.fixture(scope="module")
-def tools(docs_corpus):
-    return default_tools([docs_corpus], search_results=5)
+def tools(docs_corpus, engine):
+    [search] = [tool for tool in default_tools([docs_corpus], search_results=5) if tool.name == "search"]
+    page = default_tools([docs_corpus])[1]({"url": ["corpus://pydocs/library/json.html"], "goal": "everything"})
+    padding = page.text * (1 + N_CTX // max(1, len(engine.tokenize(page.text))))
+    assert len(engine.tokenize(padding)) > N_CTX, "the padding must pass any budget on its own"
+    return [PaddedSearch(search, padding)]
 
 
 def research(engine, tools, journal, policy):
-    # Short strict turns (a grammar's cost grows with its bounds); keep_last=0: every result is stubbed at the
-    # budget, since at this n_ctx the budget is passed after one or two results.
+    # Short strict turns (a grammar's cost grows with its bounds): a turn is at most max_tokens=200 tokens, so the
+    # answer reserve stays under 250 and a stubbed or restarted conversation of a few turns fits in 0.75 of the
+    # budget. keep_last=0: every result is stubbed at the budget.
     config = AgentConfig(
         strict=True, min_tool_calls=5, max_turns=5, answer_reserve_tokens=150, context_policy=policy, keep_last=0,
         max_summaries=1, seed=3, sampling=SamplingParams(max_tokens=200),
@@ -68,10 +94,24 @@ def test_force_answer_stops_at_the_budget(runs):
     assert not any(isinstance(e, ContextCompacted) for e in events)
 
 
+def test_force_answer_stops_after_the_first_result(runs):
+    """The first result passes the budget on its own: force-answer makes one tool call and answers."""
+    result, _, _ = runs["force-answer"]
+    assert result.totals["tool_calls"] == 1, result.totals
+
+
 @pytest.mark.parametrize("policy", ["keep-last-k", "summarize"])
 def test_compacting_policies_keep_researching_where_force_answer_stops(runs, policy):
     forced, _, _ = runs["force-answer"]
     result, events, _ = runs[policy]
     compactions = [e for e in events if isinstance(e, ContextCompacted)]
     assert compactions and all(e.policy == policy and e.tokens_after < e.tokens_before for e in compactions)
-    assert result.totals["tool_calls"] > forced.totals["tool_calls"]
+    assert result.totals["tool_calls"] > forced.totals["tool_calls"], (result.totals, forced.totals)
+
+
+def test_keep_last_k_researches_to_the_turn_limit(runs):
+    """Every result is stubbed at once and four bounded turns with their stubs fit in the budget, so keep-last-k
+    compacts after each of the first four calls and makes all five."""
+    result, events, _ = runs["keep-last-k"]
+    assert result.totals["tool_calls"] == 5, result.totals
+    assert sum(isinstance(e, ContextCompacted) for e in events) >= 4

@@ -81,6 +81,8 @@ def test_turn_grammar_compiles_and_restricts_actions():
         grammar = turn_grammar([SEARCH_SCHEMA, VISIT_SCHEMA], actions=actions)
         llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
     assert "answer" not in turn_grammar([SEARCH_SCHEMA], actions="call").split("root ::=")[1].split("\n")[0]
+    answer_rule = next(line for line in turn_grammar([SEARCH_SCHEMA]).splitlines() if line.startswith("answer ::="))
+    assert '"<answer>\\n" [^< \\t\\r\\n]' in answer_rule, f"a blank answer (parsed as empty_answer) is allowed: {answer_rule}"
     with pytest.raises(ValueError, match="cannot express"):
         turn_grammar([{"function": {"name": "t", "parameters": {"properties": {"x": {"type": "object"}},
                                                                          "required": ["x"]}}}])

@@ -35,7 +35,8 @@ def turn_grammar(
     """A GBNF grammar (llama.cpp ``grammars/README.md``) for one well-formed turn, generated after ``<think>\\n``.
 
     The turn is: reasoning without ``<`` (no whitespace at its ends) then one newline, ``</think>\\n\\n``, then either exactly one ``<tool_call>`` whose JSON
-    names a tool of the session with its arguments in schema order, or one non-empty ``<answer>``; ``actions``
+    names a tool of the session with its arguments in schema order, or one ``<answer>`` that starts with a visible
+    character (the parser's ``empty_answer`` can never be sampled); ``actions``
     narrows the choice to one of the two.
     Supported argument types: string, integer, number, boolean, and arrays of those.
 
@@ -47,7 +48,8 @@ def turn_grammar(
         # No whitespace at either end and one newline before </think>: the text then renders back unchanged
         # through the stripped history and the template, so its sampled tokens stay in the KV cache.
         "reasoning": f'[^< \\t\\r\\n] ( [^<]{{0,{limits.reasoning_chars - 2}}} [^< \\t\\r\\n] )? "\\n"',
-        "answer": f'"<answer>\\n" [^<]{{1,{limits.answer_chars}}} "\\n</answer>"',
+        # Starts with a visible character: a blank answer is what the parser calls ``empty_answer``.
+        "answer": f'"<answer>\\n" [^< \\t\\r\\n] [^<]{{0,{limits.answer_chars - 1}}} "\\n</answer>"',
         "string": f'"\\"" ( [^"\\\\\\x00-\\x1f] | "\\\\" ["\\\\/bfnrt] ){{1,{limits.string_chars}}} "\\""',
         "integer": '"-"? [0-9]{1,12}',
         "number": '"-"? [0-9]{1,12} ( "." [0-9]{1,6} )?',
