@@ -46,14 +46,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from venus_edge.train.config import ConfigFile, betas, flag, number, optional, paths, text
+from venus_edge.train.errors import RolloutServerError
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
 from venus_edge.train.igpo_rollout import RecordingEngine, Rollout, run_rollout
 
-__all__ = ["IGPOConfig", "IGPOResult", "RolloutServerError", "train_igpo"]
-
-
-class RolloutServerError(RuntimeError):
-    """The rollout server could not be given the policy: ``sync_command`` failed, or llama-server did not start."""
+__all__ = ["IGPOConfig", "IGPOResult", "train_igpo"]
 
 
 @dataclass(frozen=True)
