@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from venus_edge.errors import VenusEdgeError
+
 __all__ = ["COMMANDS", "add_commands", "run"]
 
 COMMANDS = ("quantize", "inspect")
@@ -57,16 +59,11 @@ def add_commands(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser
 def run(args: argparse.Namespace) -> int:
     """Run the parsed `quantize` or `inspect` command; returns the exit code."""
     try:
-        from .errors import QuantizeError
-    except ImportError as error:  # pragma: no cover - errors.py has no third-party imports
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
         if args.command == "quantize":
             return _quantize(args)
         if args.command == "inspect":
             return _inspect(args)
-    except QuantizeError as error:
+    except VenusEdgeError as error:  # the one root: QuantizeError and the runtime errors of the checks that load a GGUF
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
     except ModuleNotFoundError as error:

@@ -1,4 +1,4 @@
-"""Every error the quantize pipeline raises, in one tree.
+"""Every error the quantize pipeline raises, in one tree under the package's root ``VenusEdgeError``.
 
 ```
 QuantizeError
@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from venus_edge.errors import VenusEdgeError
+
 __all__ = [
     "CheckpointNotFoundError",
     "ConversionError",
@@ -37,7 +39,7 @@ __all__ = [
 ]
 
 
-class QuantizeError(Exception):
+class QuantizeError(VenusEdgeError):
     """Base of every error raised by `venus_edge.quantize`."""
 
 

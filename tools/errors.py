@@ -1,4 +1,5 @@
-"""Every error the tool layer raises, in one tree, so a caller catches one class.
+"""Every error the tool layer raises, in one tree under the package's root ``VenusEdgeError``, so a caller catches
+one class.
 
     ToolError
     ├── ToolArgumentError        a call's arguments do not fit the tool's schema (also a ValueError)
@@ -17,6 +18,8 @@ and a typed ``ToolFailure`` (``tools.base``). They reach a program that uses the
 
 from __future__ import annotations
 
+from venus_edge.errors import VenusEdgeError
+
 __all__ = [
     "CorpusError",
     "DocumentNotFoundError",
@@ -30,7 +33,7 @@ __all__ = [
 ]
 
 
-class ToolError(Exception):
+class ToolError(VenusEdgeError):
     """Base class of every error the tool layer raises on purpose."""
 
 

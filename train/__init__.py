@@ -20,25 +20,28 @@ import importlib as _importlib
 from typing import Any as _Any
 
 _MODULE_EXPORTS = {
-    "clean": ("RULES", "CleanContext", "CleanReport", "Dropped", "Judge", "clean_samples", "convert_search_results",
+    "clean": ("RULES", "CleanContext", "CleanReport", "Judge", "clean_samples", "convert_search_results",
               "drop_duplicate_calls", "exact_match_judge", "fix_text", "keep_correct", "normalize_arguments",
               "parse_markdown_search", "prune_unknown_tools", "rebuild_turns", "set_system_prompt",
               "validate_structure"),
-    "config": ("ConfigFile",),
+    "checkpoints": ("ProgressBar", "adamw", "fingerprint", "list_checkpoints", "resume", "save_checkpoint", "save_final",
+                    "weight_decay_groups"),
+    "config": ("ConfigFile", "DTYPES"),
     "data": ("LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"),
+    "errors": ("ConfigError", "Dropped", "OracleGaveUp", "RolloutServerError", "TrainError"),
     "hf_engine": ("GenerationCall", "TransformersEngine"),
     "igpo": ("AdvantageStats", "NORMALIZATIONS", "TurnReward", "discounted_returns", "igpo_advantages",
              "information_gains", "low_variance_kl", "policy_loss", "turn_advantages"),
     "igpo_rollout": ("RecordingEngine", "Rollout", "TrainingSequence", "assemble", "outcome_score", "run_rollout",
                      "turn_rewards"),
     "igpo_scoring": ("PseudoAnswer", "cache_keyword", "pseudo_answer", "score_boundaries", "score_boundaries_directly"),
-    "igpo_trainer": ("IGPOConfig", "IGPOResult", "RolloutServerError", "train_igpo"),
+    "igpo_trainer": ("IGPOConfig", "IGPOResult", "train_igpo"),
     "resampling": ("DEFAULT_MULTIPLIERS", "DEFAULT_THRESHOLDS", "ResampleReport", "resample"),
     "sft": ("LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft",
             "trained_added_tokens"),
     "tinymodel": ("COPY_PHASES", "copy_window", "pretrain_copying", "write_tiny_model"),
     "tokenize": ("TokenizedSample", "tokenize_messages", "tokenize_samples"),
-    "toyworld": ("OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy",
+    "toyworld": ("Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy",
                  "research_errors", "run_oracle"),
 }
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}

@@ -64,12 +64,12 @@ from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import SEARCH_SCHEMA, format_search_observation
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.train.data import Sample
+from venus_edge.train.errors import Dropped
 
 __all__ = [
     "RULES",
     "CleanContext",
     "CleanReport",
-    "Dropped",
     "Judge",
     "clean_samples",
     "convert_search_results",
@@ -88,10 +88,6 @@ __all__ = [
 #: ``judge(question, final answer, accepted answers) -> correct``; an object with a ``correct`` attribute (the
 #: eval package's ``JudgeVerdict``) is read through it.
 Judge = Callable[[str, str, Sequence[str]], Any]
-
-
-class Dropped(Exception):
-    """A rule drops the whole sample; the message is the reason (its text before a colon is the counted kind)."""
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _train(load: Callable[[], Any], train: Callable[[Any], Any]) -> Any:
     """Load a run's config and train it; a bad config is exit code 2, missing data or a mismatched checkpoint 3,
     a rollout server that cannot be given the policy 4 (the last checkpoint stays: rerun to resume)."""
-    from venus_edge.train.igpo_trainer import RolloutServerError
+    from venus_edge.train.errors import RolloutServerError
 
     try:
         config = load()

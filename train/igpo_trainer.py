@@ -1,7 +1,7 @@
 """IGPO training: rollouts through the agent loop, information-gain turn rewards, group-normalized discounted
 advantages, and a PPO-clip update with KL to the frozen SFT model (``venus-edge train igpo CONFIG``).
 
-    venus-edge train igpo configs/igpo/toy.yaml
+    venus-edge train igpo configs/igpo/toy.yaml     # the toy world, after bash scripts/toy_sft.sh
     accelerate launch --config_file configs/accelerate/fsdp.yaml -m venus_edge.train.igpo_trainer CONFIG
 
 Defaults are DR-Venus's (PROTOCOL.md, "Training facts"): group size 8, 16 questions per step, one update per step,
@@ -43,131 +43,138 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date as Date
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
-from venus_edge.train.config import ConfigFile, betas, flag, number, optional, paths, text
+from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
+from venus_edge.train.config import ConfigFile, check_run_settings, require
+from venus_edge.train.errors import RolloutServerError
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
 from venus_edge.train.igpo_rollout import RecordingEngine, Rollout, run_rollout
 
-__all__ = ["IGPOConfig", "IGPOResult", "RolloutServerError", "train_igpo"]
+__all__ = ["IGPOConfig", "IGPOResult", "train_igpo"]
 
-
-class RolloutServerError(RuntimeError):
-    """The rollout server could not be given the policy: ``sync_command`` failed, or llama-server did not start."""
+#: What must match for a checkpoint to be resumed: the questions drawn, the groups and the rewards.
+_RESUME_SETTINGS = ("model", "questions", "corpus", "seed", "questions_per_step", "group_size", "information_gain")
 
 
 @dataclass(frozen=True)
 class IGPOConfig(ConfigFile):
-    """One IGPO run (a YAML or JSON file; relative paths are relative to the file).
+    """One IGPO run (a YAML or JSON file, where relative paths are relative to the file; or built in Python).
+    Each field's help is in its metadata (``IGPOConfig.help_text()``); defaults are DR-Venus's where it gives one."""
 
-    Attributes:
-        model: the SFT checkpoint (Hugging Face folder); also the frozen KL reference.
-        questions: JSONL/CSV/parquet files of questions with answers (``venus-edge eval``'s formats).
-        corpus: folders the ``search`` and ``visit`` tools read (extractive visit).
-        output_dir: checkpoints, ``log.jsonl``, ``rollouts.jsonl`` and ``final/``.
-        steps: optimizer steps; questions_per_step, group_size: rollouts per step = their product.
-        information_gain: False is the outcome-only ablation (GRPO with the same format penalties).
-        score_after: tools whose results are scored for IG (``all``: every tool call).
-        ig_kind: ``logprob`` (DR-Venus) or ``prob`` (the original IGPO).
-        normalization, gamma, format_penalty, outcome_metric: see ``igpo.igpo_advantages`` and ``igpo_rollout``.
-        clip, clip_high, dual_clip, kl_coef: the loss (``igpo.policy_loss``).
-        learning_rate, adam_betas, weight_decay, max_grad_norm: AdamW.
-        max_turns, max_tokens, n_ctx, temperature, top_p, top_k, presence_penalty, search_results: the rollouts'
-            agent settings (max_tokens is per turn).
-        rollout_server: None (rollouts in this process), ``llama-server`` (a managed llama.cpp server on the
-            policy's GGUF export) or the URL of a running OpenAI-compatible server (needs ``sync_command``).
-        rollout_concurrency: rollouts in flight at once on a server (its parallel slots).
-        sync_command: with a server URL, the shell command that loads ``{model_dir}`` into it before each step.
-        dtype, seed, save_every, keep_checkpoints: as in SFT.
-    """
+    model: str = field(metadata={"path": True, "help": "the SFT checkpoint (Hugging Face folder); also the frozen "
+                                                       "KL reference"})
+    questions: tuple[str, ...] = field(metadata={"path": True, "help": "JSONL/CSV/parquet files of questions with "
+                                                                      "answers (venus-edge eval's formats)"})
+    corpus: tuple[str, ...] = field(metadata={"path": True, "help": "folders the search and visit tools read "
+                                                                   "(extractive visit)"})
+    output_dir: str = field(metadata={"path": True, "help": "checkpoints, log.jsonl, rollouts.jsonl and final/"})
+    steps: int = field(default=10, metadata={"help": "optimizer steps"})
+    questions_per_step: int = field(default=16, metadata={
+        "help": "questions drawn per step (DR-Venus: 16); rollouts per step = questions_per_step * group_size"})
+    group_size: int = field(default=8, metadata={"help": "rollouts of each question, normalized as a group "
+                                                         "(DR-Venus: 8)"})
+    information_gain: bool = field(default=True, metadata={
+        "help": "information-gain turn rewards; false is the outcome-only ablation (GRPO with the same format "
+                "penalties)"})
+    score_after: str = field(default="visit", metadata={
+        "help": "comma-separated tools whose results are scored for IG (all: every tool call)"})
+    ig_kind: str = field(default="logprob", metadata={
+        "help": "logprob (DR-Venus: a log-prob difference) or prob (the original IGPO)"})
+    normalization: str = field(default="scaled_separate", metadata={
+        "help": f"how rewards are normalized in a group: {', '.join(NORMALIZATIONS)} (igpo.igpo_advantages)"})
+    gamma: float = field(default=0.95, metadata={"help": "discount of the turn advantages, in [0, 1] (DR-Venus: "
+                                                         "0.95; 0 judges a turn by its own reward)"})
+    format_penalty: float = field(default=-1.0, metadata={"help": "the reward of a turn with a format error, in "
+                                                                  "place of its own (DR-Venus: -1)"})
+    outcome_metric: str = field(default="em", metadata={"help": "em or f1: how the final answer is scored"})
+    clip: float = field(default=0.2, metadata={"help": "PPO's clip epsilon, in (0, 1) (DR-Venus: 0.2)"})
+    clip_high: float | None = field(default=None, metadata={
+        "help": "the upper clip epsilon (clip-higher: the ratio is clipped to [1 - clip, 1 + clip_high]); none "
+                "uses clip on both sides"})
+    dual_clip: float = field(default=3.0, metadata={"help": "dual-clip bound of negative advantages, > 1 "
+                                                            "(DR-Venus: 3)"})
+    kl_coef: float = field(default=0.001, metadata={"help": "weight of the low-variance KL to the SFT reference "
+                                                            "(DR-Venus: 0.001)"})
+    learning_rate: float = field(default=1e-6, metadata={"help": "AdamW's learning rate (DR-Venus: 1e-6)"})
+    adam_betas: tuple[float, float] = field(default=(0.9, 0.999), metadata={"help": "AdamW's betas"})
+    weight_decay: float = field(default=0.01, metadata={
+        "help": "AdamW's weight decay of the matrices; norms and biases do not decay"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    max_turns: int = field(default=8, metadata={"help": "model turns of a rollout at most"})
+    max_tokens: int = field(default=512, metadata={"help": "new tokens of a turn at most"})
+    n_ctx: int = field(default=8192, metadata={"help": "the rollouts' context window in tokens, >= 256"})
+    temperature: float = field(default=1.0, metadata={"help": "the rollouts' sampling temperature, >= 0"})
+    top_p: float = field(default=1.0, metadata={"help": "the rollouts' nucleus sampling, in (0, 1]"})
+    top_k: int = field(default=0, metadata={"help": "the rollouts' top-k sampling (0: off)"})
+    presence_penalty: float = field(default=0.0, metadata={"help": "the rollouts' presence penalty"})
+    search_results: int = field(default=10, metadata={"help": "results of a search call"})
+    rollout_server: str | None = field(default=None, metadata={
+        "help": "none (rollouts in this process), llama-server (a managed llama.cpp server on the policy's GGUF "
+                "export) or the URL of a running OpenAI-compatible server (needs sync_command)"})
+    rollout_concurrency: int = field(default=8, metadata={
+        "help": "rollouts in flight at once on a server (its parallel slots)"})
+    sync_command: str | None = field(default=None, metadata={
+        "help": "with a server URL, the shell command that loads {model_dir} into it before each step"})
+    dtype: str = field(default="float32", metadata={"help": "the weights' dtype (float32 on CPU, bfloat16 on GPUs)"})
+    seed: int = field(default=0, metadata={"help": "the questions drawn, the rollouts' sampling"})
+    save_every: int = field(default=1, metadata={"help": "optimizer steps between checkpoints"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "how many checkpoints are kept"})
 
-    model: str
-    questions: tuple[str, ...]
-    corpus: tuple[str, ...]
-    output_dir: str
-    steps: int = 10
-    questions_per_step: int = 16
-    group_size: int = 8
-    information_gain: bool = True
-    score_after: str = "visit"
-    ig_kind: str = "logprob"
-    normalization: str = "scaled_separate"
-    gamma: float = 0.95
-    format_penalty: float = -1.0
-    outcome_metric: str = "em"
-    clip: float = 0.2
-    clip_high: float | None = None
-    dual_clip: float = 3.0
-    kl_coef: float = 0.001
-    learning_rate: float = 1e-6
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    max_turns: int = 8
-    max_tokens: int = 512
-    n_ctx: int = 8192
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    presence_penalty: float = 0.0
-    search_results: int = 10
-    rollout_server: str | None = None
-    rollout_concurrency: int = 8
-    sync_command: str | None = None
-    dtype: str = "float32"
-    seed: int = 0
-    save_every: int = 1
-    keep_checkpoints: int = 2
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_sizes()
+        self._check_algorithm()
+        check_run_settings(self)
+        self._check_server()
 
-    required_settings: ClassVar[tuple[str, ...]] = ("model", "questions", "corpus", "output_dir")
-    path_settings: ClassVar[tuple[str, ...]] = ("model", "output_dir")
-    path_list_settings: ClassVar[tuple[str, ...]] = ("questions", "corpus")
+    def _check_sizes(self) -> None:
+        for name, least in (("steps", 1), ("questions_per_step", 1), ("group_size", 1), ("max_turns", 1),
+                            ("max_tokens", 1), ("n_ctx", 256), ("rollout_concurrency", 1), ("search_results", 1)):
+            value = getattr(self, name)
+            require(value >= least, f"{name} must be >= {least}, got {value}", setting=name, value=value)
 
-    def check(self) -> None:
-        """Raises ValueError for settings that cannot train."""
-        if self.steps < 1 or self.questions_per_step < 1 or self.group_size < 1:
-            raise ValueError("steps, questions_per_step and group_size must be >= 1")
-        if self.normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {self.normalization!r}")
-        if self.ig_kind not in ("logprob", "prob") or self.outcome_metric not in ("em", "f1"):
-            raise ValueError("ig_kind must be logprob or prob, outcome_metric em or f1")
-        if not 0 < self.clip < 1 or self.dual_clip <= 1 or self.kl_coef < 0 or self.learning_rate <= 0:
-            raise ValueError("need 0 < clip < 1, dual_clip > 1, kl_coef >= 0 and learning_rate > 0")
-        if not 0 <= self.gamma <= 1:
-            raise ValueError(f"gamma must lie in [0, 1], got {self.gamma}")
-        if self.max_turns < 1 or self.max_tokens < 1 or self.n_ctx < 256:
-            raise ValueError("max_turns and max_tokens must be >= 1, n_ctx >= 256")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype {self.dtype!r}: use float32, bfloat16 or float16")
-        if self.save_every < 1 or self.keep_checkpoints < 1:
-            raise ValueError("save_every and keep_checkpoints must be >= 1")
-        if self.rollout_concurrency < 1:
-            raise ValueError("rollout_concurrency must be >= 1")
+    def _check_algorithm(self) -> None:
+        require(self.normalization in NORMALIZATIONS, f"normalization must be one of {', '.join(NORMALIZATIONS)}, "
+                f"got {self.normalization!r}", setting="normalization", value=self.normalization)
+        require(self.ig_kind in ("logprob", "prob"), f"ig_kind must be logprob or prob, got {self.ig_kind!r}",
+                setting="ig_kind", value=self.ig_kind)
+        require(self.outcome_metric in ("em", "f1"), f"outcome_metric must be em or f1, got "
+                f"{self.outcome_metric!r}", setting="outcome_metric", value=self.outcome_metric)
+        require(0 < self.clip < 1, f"clip must lie in (0, 1), got {self.clip}; DR-Venus clips at 0.2",
+                setting="clip", value=self.clip)
+        require(self.clip_high is None or self.clip_high > 0, f"clip_high must be > 0 or left out, got "
+                f"{self.clip_high}; clip-higher runs use about 0.28", setting="clip_high", value=self.clip_high)
+        require(self.dual_clip > 1, f"dual_clip must be > 1, got {self.dual_clip}; DR-Venus uses 3",
+                setting="dual_clip", value=self.dual_clip)
+        require(self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}; 0 turns the KL off",
+                setting="kl_coef", value=self.kl_coef)
+        require(0 <= self.gamma <= 1, f"gamma must lie in [0, 1], got {self.gamma}; DR-Venus discounts by 0.95",
+                setting="gamma", value=self.gamma)
+        require(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}; 0 samples greedily",
+                setting="temperature", value=self.temperature)
+        require(0 < self.top_p <= 1, f"top_p must lie in (0, 1], got {self.top_p}; 1 turns it off",
+                setting="top_p", value=self.top_p)
+        require(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}; 0 turns it off", setting="top_k",
+                value=self.top_k)
+
+    def _check_server(self) -> None:
         server = self.rollout_server
-        if server is not None and server != "llama-server" and not server.startswith(("http://", "https://")):
-            raise ValueError(f"rollout_server must be llama-server or an http(s) URL, got {server!r}")
-        if server is not None and server != "llama-server" and not self.sync_command:
-            raise ValueError("a rollout_server URL needs sync_command: the server must serve the policy being "
-                             "trained, loaded from {model_dir} before every step")
-        if self.sync_command is not None and "{model_dir}" not in self.sync_command:
-            raise ValueError("sync_command must name {model_dir}, the folder the policy is saved to")
+        require(server is None or server == "llama-server" or server.startswith(("http://", "https://")),
+                f"rollout_server must be llama-server or an http(s) URL, got {server!r}", setting="rollout_server",
+                value=server)
+        require(server is None or server == "llama-server" or bool(self.sync_command),
+                f"a rollout_server URL needs sync_command, got rollout_server {server!r} and no sync_command: the "
+                "server must serve the policy being trained, loaded from {model_dir} before every step",
+                setting="sync_command", value=self.sync_command)
+        require(self.sync_command is None or "{model_dir}" in self.sync_command,
+                f"sync_command must name {{model_dir}}, the folder the policy is saved to; got "
+                f"{self.sync_command!r}", setting="sync_command", value=self.sync_command)
 
     @property
     def scored_tools(self) -> frozenset[str] | None:
+        """The tools whose results are scored for IG; None: every tool."""
         return None if self.score_after == "all" else frozenset(t.strip() for t in self.score_after.split(",") if t.strip())
-
-
-IGPOConfig.converters = {
-    "questions": paths, "corpus": paths, "steps": number(int), "questions_per_step": number(int),
-    "group_size": number(int), "information_gain": flag, "gamma": number(float), "format_penalty": number(float),
-    "clip": number(float), "clip_high": optional(number(float)), "dual_clip": number(float), "kl_coef": number(float),
-    "learning_rate": number(float), "adam_betas": betas, "weight_decay": number(float),
-    "max_grad_norm": number(float), "max_turns": number(int), "max_tokens": number(int), "n_ctx": number(int),
-    "temperature": number(float), "top_p": number(float), "top_k": number(int), "presence_penalty": number(float),
-    "search_results": number(int), "seed": number(int), "save_every": number(int), "keep_checkpoints": number(int),
-    "score_after": text, "ig_kind": text, "normalization": text, "outcome_metric": text, "dtype": text,
-    "rollout_server": optional(text), "rollout_concurrency": number(int), "sync_command": optional(text),
-}
 
 
 @dataclass
@@ -215,7 +222,6 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     from venus_edge.engine import SamplingParams
     from venus_edge.eval.data import load_examples
     from venus_edge.train.hf_engine import TransformersEngine
-    from venus_edge.train.sft import _checkpoints, _Progress, _save_checkpoint, _save_final
 
     for folder in config.corpus:
         if not Path(folder).is_dir():
@@ -230,23 +236,12 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     tokenizer = AutoTokenizer.from_pretrained(config.model)
     model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
     reference = copy.deepcopy(model).eval().requires_grad_(False)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=config.learning_rate, betas=config.adam_betas)
+    optimizer = adamw(model, learning_rate=config.learning_rate, betas=config.adam_betas,
+                      weight_decay=config.weight_decay)
     model, optimizer = accelerator.prepare(model, optimizer)
     reference = reference.to(accelerator.device)
-    fingerprint = json.dumps({k: config.to_dict()[k] for k in ("model", "questions", "corpus", "seed",
-                              "questions_per_step", "group_size", "information_gain")}, sort_keys=True)
-    start = 0
-    if checkpoints := _checkpoints(output_dir):
-        start, path = checkpoints[-1]
-        state = json.loads((path / "state.json").read_text())
-        if state.get("fingerprint") != fingerprint:
-            raise ValueError(f"{path} was written by another config ({state.get('fingerprint')}); use a new output_dir")
-        accelerator.load_state(str(path))
-        accelerator.print(f"resumed from {path} (step {start} of {config.steps})")
+    run_fingerprint = fingerprint(config, _RESUME_SETTINGS)
+    start = resume(accelerator, output_dir, run_fingerprint, total_steps=config.steps)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     # The system prompt carries the date: a run resumed on a later day must keep the date it started with.
@@ -273,7 +268,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                               presence_penalty=config.presence_penalty, max_tokens=config.max_tokens, logprobs=True)
     last: dict[str, Any] = {}
-    bar = _Progress(config.steps, start, enabled=progress and accelerator.is_main_process, label="igpo",
+    bar = ProgressBar(config.steps, start, enabled=progress and accelerator.is_main_process, label="igpo",
                     figure="reward")
     try:
         with bar:
@@ -331,14 +326,14 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                         out.writelines(json.dumps(_rollout_record(step + 1, r)) + "\n" for r in rollouts)
                 bar.update(step + 1, last["reward"], last["rollout_tokens_per_s"] or 0.0)
                 if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
-                    _save_checkpoint(accelerator, output_dir, step + 1, fingerprint, config.keep_checkpoints)
+                    save_checkpoint(accelerator, output_dir, step + 1, run_fingerprint, config.keep_checkpoints)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         tools.close()
         if server is not None:
             server.close()
-    final_dir = _save_final(accelerator, model, tokenizer, output_dir)
+    final_dir = save_final(accelerator, model, tokenizer, output_dir)
     return IGPOResult(config.steps, start, final_dir, last, str(accelerator.distributed_type.value))
 
 

@@ -25,19 +25,18 @@ included), token-mean; AdamW (0.9, 0.95), weight decay 0.01, lr 1e-5 with cosine
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import random
-import shutil
 import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from venus_edge.train.config import ConfigFile, betas, flag, number, optional, paths, text
+from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
+from venus_edge.train.config import ConfigFile, check_run_settings, require
 from venus_edge.train.data import load_samples
 from venus_edge.train.tokenize import TokenizedSample, tokenize_samples
 
@@ -45,118 +44,92 @@ __all__ = ["LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_gro
            "trained_added_tokens"]
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: What must match for a checkpoint to be resumed (with the number of samples): the data order and the schedule.
+_RESUME_SETTINGS = ("model", "data", "max_tokens", "epochs", "global_batch_size", "micro_batch_size", "seed",
+                    "learning_rate", "warmup_ratio", "lora")
 
 
 @dataclass(frozen=True)
-class LoraSettings:
-    """peft ``LoraConfig`` settings: rank, scaling ``alpha / r``, dropout, the modules adapted.
+class LoraSettings(ConfigFile):
+    """peft ``LoraConfig`` settings: rank, scaling ``alpha / r``, dropout, the modules adapted, and whether the
+    added tokens' rows train too (``lora:`` of an SFT config: true for these defaults, or a mapping)."""
 
-    ``train_added_tokens``: also train the embedding and output rows of the tokenizer's added tokens that the data
-    trains (the protocol's ``<tool_call>``, ``</tool_call>``, ...), through peft's trainable tokens. A pretrained
-    model may never have trained those rows, and LoRA on the projections cannot make it emit them: Qwen2.5-Coder-0.5B
-    after 54 LoRA-only trajectories predicted every other trained token (mean loss 0.14) but ``<tool_call>`` at
-    log-probability -8.3.
-    """
+    r: int = field(default=16, metadata={"help": "the adapters' rank"})
+    alpha: int = field(default=32, metadata={"help": "the scaling numerator: adapters are scaled by alpha / r"})
+    dropout: float = field(default=0.0, metadata={"help": "dropout on the adapters' input, in [0, 1)"})
+    target_modules: tuple[str, ...] = field(default=LORA_TARGETS, metadata={
+        "help": "names of the projections adapted (those the model has; default every attention and MLP one)"})
+    train_added_tokens: bool = field(default=True, metadata={
+        "help": "also train the embedding and output rows of the tokenizer's added tokens that the data trains "
+                "(the protocol's <tool_call>, </tool_call>, ...), through peft's trainable tokens. A pretrained "
+                "model may never have trained those rows, and LoRA on the projections cannot make it emit them: "
+                "Qwen2.5-Coder-0.5B after 54 LoRA-only trajectories predicted every other trained token (mean loss "
+                "0.14) but <tool_call> at log-probability -8.3"})
 
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = LORA_TARGETS
-    train_added_tokens: bool = True
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.r >= 1, f"r must be >= 1, got {self.r}; the recipe's LoRA runs use 16", setting="r", value=self.r)
+        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}; 2 * r (32 for r 16) is the usual choice",
+                setting="alpha", value=self.alpha)
+        require(0 <= self.dropout < 1, f"dropout must lie in [0, 1), got {self.dropout}; 0 turns it off",
+                setting="dropout", value=self.dropout)
 
 
 @dataclass(frozen=True)
 class SFTConfig(ConfigFile):
-    """One SFT run (a YAML or JSON file; relative paths are relative to the file).
+    """One SFT run (a YAML or JSON file, where relative paths are relative to the file; or built in Python).
+    Each field's help is in its metadata (``SFTConfig.help_text()``); defaults are the DR-Venus recipe's."""
 
-    Attributes:
-        model: a Hugging Face checkpoint folder or hub id, or a ``.gguf`` file (transformers dequantizes it).
-        data: cleaned JSONL files (``venus-edge train clean``).
-        output_dir: checkpoints, ``log.jsonl`` and ``final/``.
-        tokenizer: the tokenizer's folder or hub id (default: the model's).
-        max_tokens: samples longer than this (in tokens) are skipped and reported, never cut.
-        epochs: passes over the data (a fraction trains on part of it).
-        global_batch_size: samples per optimizer step, over all processes (recipe: 32).
-        micro_batch_size: samples per forward pass on one process.
-        learning_rate, warmup_ratio, adam_betas, weight_decay, max_grad_norm: the optimizer (recipe defaults).
-        gradient_checkpointing: recompute activations in the backward pass (memory for time).
-        lora: train LoRA adapters instead of every weight; None trains every weight.
-        dtype: the weights' dtype (``float32`` on CPU, ``bfloat16`` on GPUs).
-        seed: data order and initialization of adapters.
-        save_every: steps between checkpoints; keep_checkpoints: how many are kept.
-        max_steps: stop after this many steps (the schedule still spans the full run when None).
-    """
+    model: str = field(metadata={"path": True, "help": "a Hugging Face checkpoint folder or hub id, or a .gguf "
+                                                       "file (transformers dequantizes it)"})
+    data: tuple[str, ...] = field(metadata={"path": True, "help": "cleaned JSONL files (venus-edge train clean)"})
+    output_dir: str = field(metadata={"path": True, "help": "checkpoints, log.jsonl and final/"})
+    tokenizer: str | None = field(default=None, metadata={"path": True, "help": "the tokenizer's folder or hub id "
+                                                                              "(default: the model's)"})
+    max_tokens: int = field(default=32768, metadata={
+        "help": "samples longer than this (in tokens) are skipped and reported, never cut"})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the data (a fraction trains on part of it)"})
+    global_batch_size: int = field(default=32, metadata={
+        "help": "samples per optimizer step, over all processes (recipe: 32)"})
+    micro_batch_size: int = field(default=1, metadata={"help": "samples per forward pass on one process"})
+    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW's peak learning rate (recipe: 1e-5)"})
+    warmup_ratio: float = field(default=0.1, metadata={
+        "help": "share of the steps with a linear warmup, then cosine decay (recipe: 0.1)"})
+    adam_betas: tuple[float, float] = field(default=(0.9, 0.95), metadata={"help": "AdamW's betas (recipe)"})
+    weight_decay: float = field(default=0.01, metadata={
+        "help": "AdamW's weight decay of the matrices; norms and biases do not decay (recipe: 0.01)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (recipe: 1.0)"})
+    gradient_checkpointing: bool = field(default=True, metadata={
+        "help": "recompute activations in the backward pass (memory for time)"})
+    lora: LoraSettings | None = field(default=None, metadata={
+        "help": "train LoRA adapters (true, or a mapping of LoraSettings) instead of every weight; none trains "
+                "every weight"})
+    dtype: str = field(default="float32", metadata={"help": "the weights' dtype (float32 on CPU, bfloat16 on GPUs)"})
+    seed: int = field(default=0, metadata={"help": "data order and initialization of adapters"})
+    save_every: int = field(default=100, metadata={"help": "optimizer steps between checkpoints"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "how many checkpoints are kept"})
+    max_steps: int | None = field(default=None, metadata={
+        "help": "stop after this many steps (the schedule still spans the full run); none trains the whole run"})
 
-    model: str
-    data: tuple[str, ...]
-    output_dir: str
-    tokenizer: str | None = None
-    max_tokens: int = 32768
-    epochs: float = 1.0
-    global_batch_size: int = 32
-    micro_batch_size: int = 1
-    learning_rate: float = 1e-5
-    warmup_ratio: float = 0.1
-    adam_betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    gradient_checkpointing: bool = True
-    lora: LoraSettings | None = None
-    dtype: str = "float32"
-    seed: int = 0
-    save_every: int = 100
-    keep_checkpoints: int = 2
-    max_steps: int | None = None
-
-    required_settings: ClassVar[tuple[str, ...]] = ("model", "data", "output_dir")
-    path_settings: ClassVar[tuple[str, ...]] = ("model", "tokenizer", "output_dir")
-    path_list_settings: ClassVar[tuple[str, ...]] = ("data",)
-
-    def check(self) -> None:
-        """Raises ValueError for settings that cannot train."""
-        if self.global_batch_size < 1 or self.micro_batch_size < 1:
-            raise ValueError("global_batch_size and micro_batch_size must be >= 1")
-        if self.global_batch_size % self.micro_batch_size:
-            raise ValueError(f"global_batch_size {self.global_batch_size} is not a multiple of micro_batch_size "
-                             f"{self.micro_batch_size}")
-        if not 0 <= self.warmup_ratio < 1 or self.learning_rate <= 0 or self.epochs <= 0:
-            raise ValueError("need 0 <= warmup_ratio < 1, learning_rate > 0 and epochs > 0")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype {self.dtype!r}: use float32, bfloat16 or float16")
-        if self.save_every < 1 or self.keep_checkpoints < 1 or self.max_tokens < 2:
-            raise ValueError("save_every and keep_checkpoints must be >= 1, max_tokens >= 2")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1 (or left out for the whole run), got {self.max_steps}")
-
-def lora_settings(value: Any) -> LoraSettings | None:
-    """``lora:`` of a config: true (defaults), false/None, or a mapping of r, alpha, dropout, target_modules."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return LoraSettings()
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected true, false or a mapping of r, alpha, dropout, target_modules, got {value!r}")
-    known = {f.name for f in dataclasses.fields(LoraSettings)}
-    if set(value) - known:
-        raise ValueError(f"unknown lora setting(s) {', '.join(sorted(set(value) - known))}")
-    settings: dict[str, Any] = {}
-    for name, item in value.items():
-        if name == "target_modules":
-            settings[name] = paths(item)
-        elif name == "train_added_tokens":
-            settings[name] = flag(item)
-        else:
-            settings[name] = number(float if name == "dropout" else int)(item)
-    return LoraSettings(**settings)
-
-
-SFTConfig.converters = {
-    "data": paths, "tokenizer": optional(text), "max_tokens": number(int), "epochs": number(float),
-    "global_batch_size": number(int), "micro_batch_size": number(int), "learning_rate": number(float),
-    "warmup_ratio": number(float), "adam_betas": betas, "weight_decay": number(float),
-    "max_grad_norm": number(float), "gradient_checkpointing": flag, "lora": lora_settings, "seed": number(int),
-    "save_every": number(int), "keep_checkpoints": number(int), "max_steps": optional(number(int)),
-}
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("global_batch_size", "micro_batch_size"):
+            value = getattr(self, name)
+            require(value >= 1, f"{name} must be >= 1, got {value}", setting=name, value=value)
+        require(self.global_batch_size % self.micro_batch_size == 0,
+                f"global_batch_size {self.global_batch_size} is not a multiple of micro_batch_size "
+                f"{self.micro_batch_size}; a step is whole micro-batches: make global_batch_size a multiple",
+                setting="global_batch_size", value=self.global_batch_size)
+        require(0 <= self.warmup_ratio < 1, f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}; the "
+                "recipe's is 0.1", setting="warmup_ratio", value=self.warmup_ratio)
+        require(self.epochs > 0, f"epochs must be > 0, got {self.epochs}; 0.5 trains on half the data",
+                setting="epochs", value=self.epochs)
+        require(self.max_tokens >= 2, f"max_tokens must be >= 2, got {self.max_tokens}; a sample needs a token to "
+                "predict the next from", setting="max_tokens", value=self.max_tokens)
+        require(self.max_steps is None or self.max_steps >= 1,
+                f"max_steps must be >= 1 (or left out for the whole run), got {self.max_steps}",
+                setting="max_steps", value=self.max_steps)
+        check_run_settings(self)
 
 
 @dataclass
@@ -287,15 +260,6 @@ def _with_lora(model: Any, settings: LoraSettings, token_ids: Sequence[int], *, 
     return model
 
 
-def _checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
-    folder = output_dir / "checkpoints"
-    found = []
-    for path in folder.glob("step-*") if folder.is_dir() else []:
-        if path.suffix != ".tmp" and (path / "state.json").is_file() and path.name[5:].isdigit():
-            found.append((int(path.name[5:]), path))
-    return sorted(found)
-
-
 def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     """Run (or resume) the SFT of ``config``; returns what was done.
 
@@ -335,28 +299,16 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     total_steps = len(steps)
     run_steps = min(total_steps, config.max_steps) if config.max_steps else total_steps
 
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.ndim >= 2]
-    no_decay = [p for p in trainable if p.ndim < 2]  # norms and biases, as Trainer does
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=config.learning_rate, betas=config.adam_betas)
+    optimizer = adamw(model, learning_rate=config.learning_rate, betas=config.adam_betas,
+                      weight_decay=config.weight_decay)
     _fix_deepspeed_batch(accelerator, config, per_step)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is built on the prepared optimizer: DeepSpeed ZeRO-3's holds its own parameter groups.
     scheduler = accelerator.prepare(
         get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps))
 
-    start = 0
-    fingerprint = _fingerprint(config, len(tokenized))
-    if checkpoints := _checkpoints(output_dir):
-        start, path = checkpoints[-1]
-        state = json.loads((path / "state.json").read_text())
-        if state.get("fingerprint") != fingerprint:
-            raise ValueError(f"{path} was written by another config or data ({state.get('fingerprint')} != "
-                             f"{fingerprint}); use a new output_dir")
-        accelerator.load_state(str(path))
-        accelerator.print(f"resumed from {path} (step {start} of {total_steps})")
+    run_fingerprint = fingerprint(config, _RESUME_SETTINGS, samples=len(tokenized))
+    start = resume(accelerator, output_dir, run_fingerprint, total_steps=total_steps)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
@@ -369,13 +321,13 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
         last = json.loads(rows[-1])["loss"] if rows else None
         final = output_dir / "final"
         if run_steps == total_steps and not (final / "config.json").is_file():  # stopped before the final save
-            final = _save_final(accelerator, model, tokenizer, output_dir)
+            final = save_final(accelerator, model, tokenizer, output_dir)
         return SFTResult(start, start, final if final.is_dir() else None, last, skipped,
                          distributed=str(accelerator.distributed_type.value))
     model.train()
     last_loss = None
     trained_total, started = 0, time.perf_counter()
-    bar = _Progress(run_steps, start, enabled=progress and accelerator.is_main_process)
+    bar = ProgressBar(run_steps, start, enabled=progress and accelerator.is_main_process)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with bar:
         for step in range(start, run_steps):
@@ -406,22 +358,14 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
                     log.write(json.dumps(record) + "\n")
             bar.update(step + 1, last_loss, trained_total / elapsed)
             if (step + 1) % config.save_every == 0 or step + 1 == run_steps:
-                _save_checkpoint(accelerator, output_dir, step + 1, fingerprint, config.keep_checkpoints)
+                save_checkpoint(accelerator, output_dir, step + 1, run_fingerprint, config.keep_checkpoints)
     final_dir = None
     if run_steps == total_steps:
-        final_dir = _save_final(accelerator, model, tokenizer, output_dir)
+        final_dir = save_final(accelerator, model, tokenizer, output_dir)
     elapsed = time.perf_counter() - started
     return SFTResult(run_steps, start, final_dir, last_loss, skipped, trained_total,
                      trained_total / elapsed if elapsed > 0 and trained_total else 0.0,
                      str(accelerator.distributed_type.value))
-
-
-def _fingerprint(config: SFTConfig, samples: int) -> str:
-    """What must match for a checkpoint to be resumed: the data order and the schedule."""
-    keys = ("model", "data", "max_tokens", "epochs", "global_batch_size", "micro_batch_size", "seed", "learning_rate",
-            "warmup_ratio", "lora")
-    settings = {k: config.to_dict()[k] for k in keys}
-    return json.dumps({**settings, "samples": samples}, sort_keys=True)
 
 
 def _fix_deepspeed_batch(accelerator: Any, config: SFTConfig, per_step: int) -> None:
@@ -433,80 +377,6 @@ def _fix_deepspeed_batch(accelerator: Any, config: SFTConfig, per_step: int) -> 
     plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = config.micro_batch_size
     plugin.deepspeed_config["gradient_accumulation_steps"] = max(1, per_step // accelerator.num_processes)
     plugin.deepspeed_config["gradient_clipping"] = config.max_grad_norm
-
-
-def _save_checkpoint(accelerator: Any, output_dir: Path, step: int, fingerprint: str, keep: int) -> None:
-    """Write ``checkpoints/step-N`` atomically (a temporary folder renamed once whole), then drop old ones."""
-    folder = output_dir / "checkpoints"
-    final, tmp = folder / f"step-{step:06d}", folder / f"step-{step:06d}.tmp"
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        (tmp / "state.json").write_text(json.dumps({"step": step, "fingerprint": fingerprint}) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        for _, old in _checkpoints(output_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
-
-
-def _save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) -> Path:
-    """The trained model as a plain Hugging Face checkpoint (LoRA adapters merged) with its tokenizer."""
-    final = output_dir / "final"
-    accelerator.wait_for_everyone()
-    unwrapped = accelerator.unwrap_model(model)
-    state = accelerator.get_state_dict(model)
-    if accelerator.is_main_process:
-        if hasattr(unwrapped, "merge_and_unload"):  # a peft model: fold the adapters into the weights
-            unwrapped.load_state_dict(state)
-            unwrapped = unwrapped.merge_and_unload()
-            state = unwrapped.state_dict()
-        unwrapped.config.use_cache = True
-        if _loaded_from_gguf(unwrapped):  # transformers dequantized the GGUF: the weights are plain floats
-            unwrapped.hf_quantizer = None
-            if hasattr(unwrapped.config, "quantization_config"):
-                del unwrapped.config.quantization_config
-        unwrapped.save_pretrained(final, state_dict=state, safe_serialization=True)
-        tokenizer.save_pretrained(final)
-    accelerator.wait_for_everyone()
-    return final
-
-
-def _loaded_from_gguf(model: Any) -> bool:
-    quantizer = getattr(model, "hf_quantizer", None)
-    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
-    return str(getattr(method, "value", method)).lower() == "gguf"
-
-
-class _Progress:
-    """A rich progress bar with a figure (the loss; IGPO: the reward), tokens/s and ETA (nothing when disabled)."""
-
-    def __init__(self, total: int, done: int, *, enabled: bool, label: str = "sft", figure: str = "loss") -> None:
-        self.progress = None
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn(figure + " {task.fields[loss]}"),
-                                     TextColumn("{task.fields[speed]} tok/s"), TimeRemainingColumn(), transient=False)
-            self.task = self.progress.add_task(label, total=total, completed=done, loss="-", speed="-")
-
-    def __enter__(self) -> _Progress:
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def update(self, done: int, loss: float, speed: float) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=done, loss=f"{loss:.4f}", speed=f"{speed:.0f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,8 +41,9 @@ from urllib.parse import unquote, urlsplit
 
 from venus_edge.jsonl import iter_records
 from venus_edge.protocol import IM_END, IM_START, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
+from venus_edge.train.errors import OracleGaveUp
 
-__all__ = ["OracleGaveUp", "Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "research_errors",
+__all__ = ["Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "research_errors",
            "run_oracle"]
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kl", "st", "th")
@@ -217,10 +218,6 @@ def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, held
         path = folder / f"questions-{part}.jsonl"
         path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in questions[part]), encoding="utf-8")
     return ToyWorld(tuple(persons), corpus, tuple(questions["train"]), tuple(questions["heldout"]))
-
-
-class OracleGaveUp(RuntimeError):
-    """An observation did not hold what the oracle needed; the session ends without an answer."""
 
 
 def _messages(prompt: str) -> list[tuple[str, str]]:

@@ -39,7 +39,6 @@ from venus_edge.events import (
     TurnStarted,
 )
 from venus_edge.session import (
-    SetupError,
     add_memory_arguments,
     add_session_arguments,
     check_session_arguments,
@@ -171,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from venus_edge.train.cli import run as run_train
 
             return run_train(args, parser)
-    except (VenusEdgeError, SetupError) as exc:
+    except VenusEdgeError as exc:  # the one root: runtime, session, tools, quantize and train errors
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

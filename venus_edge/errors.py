@@ -1,18 +1,53 @@
-"""The runtime's error tree.
+"""The one error root, ``VenusEdgeError``, the runtime's errors, and the whole tree.
 
 Faults are sorted by who caused them. The model's mistakes (bad format, unknown tool, bad arguments) never
 raise: the agent records them on the turn and shows them to the model as observation text. What is left here
 is what the user or the machine got wrong, and each error carries the values needed to fix it.
 
+Each part keeps its tree in its own module (the runtime's here, ``venus_edge.tools.errors``,
+``venus_edge.quantize.errors``, ``venus_edge.train.errors``; two runtime errors beside the code that raises them),
+all under the one root, so a caller (the CLI) catches one class. An error that was a ``ValueError``,
+``LookupError`` or ``RuntimeError`` before the tree existed keeps that as a second base. This module imports
+nothing from the package, so every part may import it.
+
     VenusEdgeError
     ├── ModelNotFoundError      no model file at a path, or a hub repo/file that cannot be fetched
     ├── ModelLoadError          a file exists but llama.cpp cannot load it (corrupt, truncated, not GGUF)
     ├── ContextOverflowError    a prompt does not fit in n_ctx
+    ├── ContextSettingsError    settings that cannot work together in n_ctx (also a ValueError)
     ├── MemoryPlanError         a model and context that do not fit in the RAM budget
     ├── EngineStateError        an engine used after close()
     ├── EngineConnectionError   a model server that cannot be reached or fails (after retries)
     ├── GenerationCancelled     raised by an ``on_text`` callback to stop a generation at its next token
-    └── TrajectoryError         a trajectory journal that cannot be read or resumed
+    ├── TrajectoryError         a trajectory journal that cannot be read or resumed
+    ├── SetupError              a session that cannot be set up from its settings (``venus_edge.session``)
+    ├── QuestionTooLongError    a question over the server's limit (``venus_edge.server``; also a ValueError)
+    ├── QueueFullError          the server's queue is full (``venus_edge.server``)
+    ├── ToolError               the tool layer (``venus_edge.tools.errors``)
+    │   ├── ToolArgumentError       a call's arguments do not fit the tool's schema (also a ValueError)
+    │   ├── CorpusError             a local corpus
+    │   │   ├── EmptyCorpusError        the folder holds no readable document
+    │   │   ├── DocumentNotFoundError   a URL that names no document of the corpus (also a LookupError)
+    │   │   └── UnreadableDocumentError a document that can no longer be read
+    │   ├── FetchError              a page could not be fetched
+    │   ├── PdfError                bytes that are not a readable PDF (also a ValueError)
+    │   └── WebSearchError          no search engine answered a query
+    ├── QuantizeError           HF checkpoint -> GGUF -> quantized GGUF (``venus_edge.quantize.errors``)
+    │   ├── ConversionError         a checkpoint that cannot be converted; no output left behind
+    │   │   ├── UnsupportedArchitectureError
+    │   │   ├── MissingTensorError
+    │   │   ├── TensorShapeError
+    │   │   ├── TokenizerFilesMissingError
+    │   │   ├── CheckpointNotFoundError
+    │   │   ├── OutputNotWritableError
+    │   │   └── DiskFullError
+    │   ├── GGUFReadError           a GGUF file that is missing, truncated or corrupt
+    │   └── QuantizationError       llama.cpp's quantizer failed or the type is unknown
+    └── TrainError              training (``venus_edge.train.errors``)
+        ├── ConfigError             a run config that breaks a rule (also a ValueError)
+        ├── Dropped                 a cleaning rule drops a whole sample
+        ├── RolloutServerError      the rollout server could not be given the policy (also a RuntimeError)
+        └── OracleGaveUp            the toy world's oracle found no fact it needed (also a RuntimeError)
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from venus_edge.context.plan import KV_TYPES, parse_size
+from venus_edge.errors import VenusEdgeError
 from venus_edge.models import DEFAULT_MODEL, DEFAULT_QUANT
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ SAMPLE_SEED_STRIDE = 100_003
 DEFAULT_SAMPLE_N_CTX = 8_192
 
 
-class SetupError(Exception):
+class SetupError(VenusEdgeError):
     """A session could not be set up from the command line (a corpus, a tool flag); the CLI exits with code 3."""
 
 

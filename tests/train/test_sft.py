@@ -276,14 +276,14 @@ def test_a_model_read_from_a_gguf_file_saves_plain_weights(toy, tmp_path):
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from venus_edge.train.sft import _save_final
+    from venus_edge.train.checkpoints import save_final
 
     model = AutoModelForCausalLM.from_pretrained(toy / "base")
     model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method="gguf"),
                                          is_serializable=lambda: False)
     with pytest.raises(ValueError, match="not serializable"):
         model.save_pretrained(tmp_path / "refused")
-    final = _save_final(Accelerator(cpu=True), model, AutoTokenizer.from_pretrained(toy / "base"), tmp_path)
+    final = save_final(Accelerator(cpu=True), model, AutoTokenizer.from_pretrained(toy / "base"), tmp_path)
     reloaded = AutoModelForCausalLM.from_pretrained(final)
     assert all((a == b).all() for a, b in zip(reloaded.state_dict().values(), model.state_dict().values()))
 

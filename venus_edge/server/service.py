@@ -50,7 +50,7 @@ def answer_with_sources(answer: str | None, termination: str, sources: Sequence[
     return text
 
 
-class QuestionTooLongError(ValueError):
+class QuestionTooLongError(VenusEdgeError, ValueError):
     """Raised by ``ResearchService.limit`` for a question over ``max_question_chars`` (HTTP 413)."""
 
 

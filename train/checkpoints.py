@@ -1,0 +1,155 @@
+"""What the SFT and IGPO trainers share around their loops: AdamW with weight-decay groups, checkpoints written
+atomically and resumed by fingerprint, the final Hugging Face checkpoint, and the progress bar.
+
+    optimizer = adamw(model, learning_rate=1e-5, betas=(0.9, 0.95), weight_decay=0.01)
+    run_fingerprint = fingerprint(config, ("model", "data", "seed"), samples=len(samples))
+    start = resume(accelerator, output_dir, run_fingerprint, total_steps=100)  # 0 for a new run
+    ...
+    save_checkpoint(accelerator, output_dir, step, run_fingerprint, keep=2)
+    final_dir = save_final(accelerator, model, tokenizer, output_dir)
+
+A checkpoint is ``OUT/checkpoints/step-N`` (accelerate's model, optimizer, scheduler and RNG state, plus
+``state.json`` with the step and the run's fingerprint). It is written to ``step-N.tmp`` and renamed once whole, so
+a killed run leaves no half checkpoint; a rerun resumes from the newest one if its fingerprint (the settings that
+decide the data order and the schedule) equals the run's, and refuses an ``OUT`` written by another config.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+__all__ = ["ProgressBar", "adamw", "fingerprint", "list_checkpoints", "resume", "save_checkpoint", "save_final",
+           "weight_decay_groups"]
+
+
+def weight_decay_groups(parameters: Iterable[Any], weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW parameter groups of the trainable ``parameters``: matrices decay by ``weight_decay``; norms and
+    biases (fewer than 2 dimensions) do not, as transformers' ``Trainer`` groups them."""
+    trainable = [p for p in parameters if p.requires_grad]
+    return [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
+
+
+def adamw(model: Any, *, learning_rate: float, betas: tuple[float, float], weight_decay: float) -> Any:
+    """``torch.optim.AdamW`` over ``model``'s trainable parameters in ``weight_decay_groups``."""
+    import torch
+
+    return torch.optim.AdamW(weight_decay_groups(model.parameters(), weight_decay), lr=learning_rate, betas=betas)
+
+
+def fingerprint(config: Any, keys: Sequence[str], **extra: Any) -> str:
+    """What must match for a checkpoint to be resumed: the ``keys`` settings of ``config`` (its ``to_dict``)
+    and ``extra`` values (such as the number of samples), as sorted JSON."""
+    settings = config.to_dict()
+    return json.dumps({**{key: settings[key] for key in keys}, **extra}, sort_keys=True)
+
+
+def list_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every whole checkpoint under ``output_dir/checkpoints``, oldest first."""
+    folder = output_dir / "checkpoints"
+    found = []
+    for path in folder.glob("step-*") if folder.is_dir() else []:
+        if path.suffix != ".tmp" and (path / "state.json").is_file() and path.name[5:].isdigit():
+            found.append((int(path.name[5:]), path))
+    return sorted(found)
+
+
+def resume(accelerator: Any, output_dir: Path, run_fingerprint: str, *, total_steps: int) -> int:
+    """Load the newest checkpoint of ``output_dir`` into ``accelerator``'s prepared objects; returns its step
+    (0 when there is none).
+
+    Raises:
+        ValueError: the checkpoint was written by a run with another fingerprint (another config or data).
+    """
+    found = list_checkpoints(output_dir)
+    if not found:
+        return 0
+    step, path = found[-1]
+    written_by = json.loads((path / "state.json").read_text()).get("fingerprint")
+    if written_by != run_fingerprint:
+        raise ValueError(f"{path} was written by another config or data ({written_by} != {run_fingerprint}); "
+                         "use a new output_dir, or rerun the config that wrote it")
+    accelerator.load_state(str(path))
+    accelerator.print(f"resumed from {path} (step {step} of {total_steps})")
+    return step
+
+
+def save_checkpoint(accelerator: Any, output_dir: Path, step: int, run_fingerprint: str, keep: int) -> None:
+    """Write ``checkpoints/step-N`` atomically (a temporary folder renamed once whole), then drop all but the
+    newest ``keep``."""
+    folder = output_dir / "checkpoints"
+    final, tmp = folder / f"step-{step:06d}", folder / f"step-{step:06d}.tmp"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (tmp / "state.json").write_text(json.dumps({"step": step, "fingerprint": run_fingerprint}) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for _, old in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) -> Path:
+    """The trained model as a plain Hugging Face checkpoint in ``output_dir/final`` (LoRA adapters merged) with
+    its tokenizer; returns the folder."""
+    final = output_dir / "final"
+    accelerator.wait_for_everyone()
+    unwrapped = accelerator.unwrap_model(model)
+    state = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        if hasattr(unwrapped, "merge_and_unload"):  # a peft model: fold the adapters into the weights
+            unwrapped.load_state_dict(state)
+            unwrapped = unwrapped.merge_and_unload()
+            state = unwrapped.state_dict()
+        unwrapped.config.use_cache = True
+        if _loaded_from_gguf(unwrapped):  # transformers dequantized the GGUF: the weights are plain floats
+            unwrapped.hf_quantizer = None
+            if hasattr(unwrapped.config, "quantization_config"):
+                del unwrapped.config.quantization_config
+        unwrapped.save_pretrained(final, state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def _loaded_from_gguf(model: Any) -> bool:
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    return str(getattr(method, "value", method)).lower() == "gguf"
+
+
+class ProgressBar:
+    """A rich progress bar with a figure (the loss; IGPO: the reward), tokens/s and ETA (nothing when disabled)."""
+
+    def __init__(self, total: int, done: int, *, enabled: bool, label: str = "sft", figure: str = "loss") -> None:
+        self.progress = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
+
+            self.progress = RichProgress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn(figure + " {task.fields[loss]}"),
+                                     TextColumn("{task.fields[speed]} tok/s"), TimeRemainingColumn(), transient=False)
+            self.task = self.progress.add_task(label, total=total, completed=done, loss="-", speed="-")
+
+    def __enter__(self) -> ProgressBar:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def update(self, done: int, loss: float, speed: float) -> None:
+        """Show ``done`` steps, the figure ``loss`` and ``speed`` tokens/s."""
+        if self.progress is not None:
+            self.progress.update(self.task, completed=done, loss=f"{loss:.4f}", speed=f"{speed:.0f}")
