@@ -86,9 +86,9 @@ class LlamaCppEngine:
             given, settings that do not fit are refused only when this is given.
         helper_n_ctx: context window in tokens of the second context that ``complete`` uses (``visit``'s
             evidence and summary), allocated on the first ``complete``; default 8192.
-        prompt_cache_dir: a folder for the persistent prompt cache (``venus_edge.engines.prompt_cache``): the KV state of
-            the system prompt up to its date line is saved there and restored by the next engine on this model;
-            default None (off). The CLI uses ``default_prompt_cache_dir()``.
+        prompt_cache_dir: a folder for the persistent prompt cache (``venus_edge.engines.prompt_cache``): the KV
+            state of the system prompt up to its date line is saved there and restored by the next engine on this
+            model; default None (off). The CLI uses ``default_prompt_cache_dir()``.
 
     Raises:
         ModelNotFoundError: no file at ``model_path``.
