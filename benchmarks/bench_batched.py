@@ -14,9 +14,9 @@ whose KV entries are already in the cache:
 Printed at the end: aggregate decoded tokens/s of each, the ratios batched/raw and batched/sequential, and the KV
 cache the batched engine holds (the shared prompt is stored once).
 
-Every arm runs off the main thread, as the engines decode (``venus_edge.engine.off_main_thread``: llama.cpp is built
-with OpenMP, and once the main thread has run OpenMP work, other threads' parallel regions run about 3x slower;
-here the batched engine at N = 1 fell from 95 to 35 tokens/s after a raw run on the main thread).
+Every arm runs off the main thread, as the engines decode (``venus_edge.engines.llama_cpp.off_main_thread``:
+llama.cpp is built with OpenMP, and once the main thread has run OpenMP work, other threads' parallel regions run
+about 3x slower; here the batched engine at N = 1 fell from 95 to 35 tokens/s after a raw run on the main thread).
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ import pytest
 from llama_cpp import _internals
 from llama_cpp._logger import set_verbose
 
-from venus_edge.batched import BatchedLlamaCppEngine
-from venus_edge.engine import GREEDY, LlamaCppEngine, physical_cores
+from venus_edge.engines.base import GREEDY
+from venus_edge.engines.batched import BatchedLlamaCppEngine
+from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.memory.machine import physical_cores
 from venus_edge.testing import smollm2_path
 
 PROMPT = "<|im_start|>user\nWrite a long story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n"

@@ -87,7 +87,7 @@ class TeacherForcedEngine:
     def generate(self, prompt_ids, *, sampling, stop=(), stop_text_if=None, grammar=None, on_text=None, seed=None):
         from dataclasses import replace
 
-        from venus_edge.engine import GREEDY
+        from venus_edge.engines.base import GREEDY
 
         real = self.engine.generate(prompt_ids, sampling=replace(GREEDY, max_tokens=1))
         text = researcher(self.engine.detokenize(prompt_ids))
@@ -111,7 +111,7 @@ def _evaluated(llm) -> int:
 def run_config(name: str, corpus: Path) -> dict:
     """One configuration in this process: turns made, prompt tokens evaluated, seconds, peak RSS in MiB."""
     from venus_edge.agent import Agent, AgentConfig
-    from venus_edge.engine import LlamaCppEngine
+    from venus_edge.engines.llama_cpp import LlamaCppEngine
     from venus_edge.testing import smollm2_path
     from venus_edge.toolbox import default_tools
 
@@ -137,7 +137,7 @@ def _naive(engine, tools) -> int:
     from datetime import date
 
     from venus_edge import protocol
-    from venus_edge.engine import off_main_thread
+    from venus_edge.engines.llama_cpp import off_main_thread
 
     llm = engine._llm
     registry = {tool.name: tool for tool in tools}

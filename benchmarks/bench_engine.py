@@ -11,7 +11,9 @@ from __future__ import annotations
 import llama_cpp
 import pytest
 
-from venus_edge.engine import LlamaCppEngine, SamplingParams, off_main_thread, physical_cores
+from venus_edge.engines.base import SamplingParams
+from venus_edge.engines.llama_cpp import LlamaCppEngine, off_main_thread
+from venus_edge.memory.machine import physical_cores
 from venus_edge.testing import smollm2_path
 
 PROMPT = "<|im_start|>user\nWrite a long story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n"
@@ -49,7 +51,7 @@ def _engine_decode(engine: LlamaCppEngine, ids: list[int]) -> int:
 
 
 def test_raw_llama_cpp_python(benchmark, raw):
-    """On a worker thread, as the engine decodes (venus_edge.engine.off_main_thread says why)."""
+    """On a worker thread, as the engine decodes (venus_edge.engines.llama_cpp.off_main_thread says why)."""
     ids = raw.tokenize(PROMPT.encode(), add_bos=False, special=True)
     benchmark.pedantic(off_main_thread, args=(_raw_decode, raw, ids), rounds=3, iterations=1)
     RESULTS["raw"] = benchmark.stats.stats.median

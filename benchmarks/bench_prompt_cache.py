@@ -25,8 +25,10 @@ from typing import Any, Iterator
 import pytest
 
 from venus_edge import protocol
-from venus_edge.engine import LlamaCppEngine, SamplingParams, physical_cores
-from venus_edge.prompt_cache import stable_prefix_length
+from venus_edge.engines.base import SamplingParams
+from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.engines.prompt_cache import stable_prefix_length
+from venus_edge.memory.machine import physical_cores
 from venus_edge.testing import smollm2_path
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA

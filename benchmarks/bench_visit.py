@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import pytest
 
-from venus_edge.engine import LlamaCppEngine
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.protocol import render_chat
 from venus_edge.testing import smollm2_path
 from venus_edge.tools.corpus import Corpus

@@ -117,7 +117,7 @@ def _equal(x, y) -> bool:
 
 
 def _show(value):
-    if isinstance(value, (list, np.ndarray)):
+    if isinstance(value, (list, tuple, np.ndarray)):
         return f"<array of {len(value)}>"
     return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
 

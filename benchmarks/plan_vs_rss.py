@@ -41,8 +41,9 @@ def _model_path(name: str) -> Path:
 
 def measure(model: Path, n_ctx: int, kv_type: str, fill: float, threads: int | None) -> dict[str, Any]:
     """In this process: load, fill ``fill * n_ctx`` tokens, and return the estimate and the peak RSS (bytes)."""
-    from venus_edge.context import KV_TYPES, estimate_memory, read_model_header
-    from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams
+    from venus_edge.engines.base import GREEDY, SamplingParams
+    from venus_edge.engines.llama_cpp import LlamaCppEngine
+    from venus_edge.memory import KV_TYPES, estimate_memory, read_model_header
 
     kind = next(k for k in KV_TYPES if k == kv_type)  # one of the literal types, or StopIteration
     flash_attn = kind != "f16"

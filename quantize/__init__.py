@@ -23,7 +23,7 @@ _MODULE_EXPORTS = {
         "AGENTIC_PROMPTS", "CALIBRATION_TEXT", "PARITY_TEXTS", "AgenticReport", "HFParityReport", "QuantComparison",
         "VerificationRow", "VerificationTable", "WorstPosition", "agentic_check", "compare_quant", "compare_to_hf",
     ),
-    "gguf_info": ("GGUFHeader", "TensorInfo", "inspect_gguf", "read_gguf_header"),
+    "gguf_info": ("GGUFHeader", "TensorInfo", "ggml_type_name", "inspect_gguf", "read_gguf_header"),
     "output": ("check_output_path", "temporary_output"),
     "quantize": ("QUANT_TYPES", "Fallback", "QuantizeReport", "quantize_gguf"),
     "qwen_tokenizer": (

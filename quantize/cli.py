@@ -78,13 +78,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .gguf_info import inspect_gguf, read_gguf_header
+    from .gguf_info import ggml_type_name, inspect_gguf, read_gguf_header
 
     facts = inspect_gguf(args.file)
     if args.tensors:
         header = read_gguf_header(args.file)
         facts["tensors"] = [
-            {"name": t.name, "shape": list(t.shape), "type": t.ggml_type.name, "n_bytes": t.n_bytes}
+            {"name": t.name, "shape": list(t.shape), "type": ggml_type_name(t.ggml_type), "n_bytes": t.n_bytes}
             for t in header.tensors
         ]
     if args.json:

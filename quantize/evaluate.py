@@ -92,16 +92,16 @@ def _load_llama(gguf_path: Path, n_ctx: int, *, logits_all: bool = True):
 
 
 def _llama_tokenize(llm, text: str) -> list[int]:
-    """Token ids as the runtime computes them (`venus_edge.vocab.tokenizer_normalize` first)."""
-    from venus_edge.vocab import tokenizer_normalize
+    """Token ids as the runtime computes them (`venus_edge.engines.vocab.tokenizer_normalize` first)."""
+    from venus_edge.engines.vocab import tokenizer_normalize
 
     return llm.tokenize(tokenizer_normalize(text, llm.metadata).encode("utf-8"), add_bos=False, special=True)
 
 
 def _llama_logits(llm, token_ids: Sequence[int]) -> np.ndarray:
     """(T, vocab) float32 logits of every position, from one fresh evaluation (off the main thread:
-    `venus_edge.engine.off_main_thread`)."""
-    from venus_edge.engine import off_main_thread
+    `venus_edge.engines.llama_cpp.off_main_thread`)."""
+    from venus_edge.engines.llama_cpp import off_main_thread
 
     def evaluate() -> np.ndarray:
         llm.reset()
@@ -369,7 +369,8 @@ def agentic_check(
     Raises:
         ModelNotFoundError, ModelLoadError (venus_edge.errors): the file is missing or refused.
     """
-    from venus_edge.engine import GREEDY, LlamaCppEngine
+    from venus_edge.engines.base import GREEDY
+    from venus_edge.engines.llama_cpp import LlamaCppEngine
     from venus_edge.protocol import STOP_STRINGS, action_complete, assistant_content, parse_turn, render_messages
 
     sampling = dataclasses.replace(GREEDY, max_tokens=max_tokens)

@@ -26,7 +26,7 @@ from typing import NamedTuple
 from gguf import GGMLQuantizationType as QType
 
 from .errors import QuantizationError
-from .gguf_info import GGUFHeader, read_gguf_header
+from .gguf_info import GGUFHeader, ggml_type_name, read_gguf_header
 from .output import check_output_path, temporary_output
 
 __all__ = ["QUANT_TYPES", "Fallback", "QuantizeReport", "quantize_gguf"]
@@ -78,7 +78,7 @@ def find_fallbacks(header: GGUFHeader, qtype: str) -> tuple[Fallback, ...]:
     """Tensors of a quantized GGUF whose type is outside `qtype`'s mix (1-D tensors, kept F32, are skipped)."""
     spec = QUANT_TYPES[qtype]
     return tuple(
-        Fallback(tensor.name, spec.primary.name, tensor.ggml_type.name)
+        Fallback(tensor.name, spec.primary.name, ggml_type_name(tensor.ggml_type))
         for tensor in header.tensors
         if len(tensor.shape) >= 2 and tensor.ggml_type not in spec.allowed
     )
@@ -127,6 +127,6 @@ def quantize_gguf(in_path: str | Path, out_path: str | Path, qtype: str, *, n_th
         elapsed_s=time.perf_counter() - started,
         in_size_bytes=in_path.stat().st_size,
         out_size_bytes=out_path.stat().st_size,
-        tensor_types=dict(Counter(tensor.ggml_type.name for tensor in header.tensors)),
+        tensor_types=dict(Counter(ggml_type_name(tensor.ggml_type) for tensor in header.tensors)),
         fallbacks=find_fallbacks(header, qtype),
     )

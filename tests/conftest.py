@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from venus_edge.engine import LlamaCppEngine
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.testing import LlamaServer, llama_cpp_sdist_path, smollm2_path
 
 PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")

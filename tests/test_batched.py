@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from venus_edge import protocol
-from venus_edge.batched import BatchedLlamaCppEngine
 from venus_edge.cli import main
-from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams
+from venus_edge.engines.base import GREEDY, SamplingParams
+from venus_edge.engines.batched import BatchedLlamaCppEngine
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.errors import ContextOverflowError, EngineStateError
 from venus_edge.trajectory import read_trajectories
 

@@ -19,7 +19,7 @@ from venus_edge.bench import (
     shipped_session_path,
 )
 from venus_edge.cli import main
-from venus_edge.engine import LlamaCppEngine
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.quantize.quantize import quantize_gguf
 
 

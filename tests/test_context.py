@@ -10,11 +10,11 @@ import pytest
 
 from venus_edge import protocol
 from venus_edge.agent import Agent, AgentConfig
-from venus_edge.context.policies import CompactionContext, KeepLastK, Summarize, make_policy
-from venus_edge.engine import SamplingParams
+from venus_edge.engines.base import SamplingParams
 from venus_edge.errors import ContextSettingsError
-from venus_edge.context.policies import ContextPolicy, Compaction
 from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
+from venus_edge.policies import CompactionContext, KeepLastK, Summarize, make_policy
+from venus_edge.policies import ContextPolicy, Compaction
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_journal, rebuild_messages

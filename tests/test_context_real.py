@@ -15,7 +15,8 @@ import pytest
 from typing import Any
 
 from venus_edge.agent import Agent, AgentConfig
-from venus_edge.engine import LlamaCppEngine, SamplingParams
+from venus_edge.engines.base import SamplingParams
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
 from venus_edge.grammar import GrammarLimits
 from venus_edge.testing import collect_events

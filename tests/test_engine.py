@@ -11,7 +11,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from venus_edge import protocol
-from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams, off_main_thread
+from venus_edge.engines.base import GREEDY, SamplingParams
+from venus_edge.engines.llama_cpp import LlamaCppEngine, off_main_thread
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError, ModelNotFoundError
 
 CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
@@ -245,11 +246,12 @@ def test_default_context_is_the_training_context_capped_at_32k(smollm2_gguf, tin
     """Without n_ctx the engine reads ``{arch}.context_length`` from the header (8192 for SmolLM2)."""
     with LlamaCppEngine(smollm2_gguf) as engine:
         assert engine.n_ctx == 8192 == engine.model_info()["n_ctx_train"]
-    from venus_edge.engine import DEFAULT_N_CTX, _n_ctx_train
+    from venus_edge.memory import DEFAULT_MAX_N_CTX, read_model_header
 
-    assert _n_ctx_train(tiny_qwen3_gguf) >= 1
+    n_ctx_train = read_model_header(tiny_qwen3_gguf).n_ctx_train
+    assert n_ctx_train is not None and n_ctx_train >= 1
     with LlamaCppEngine(tiny_qwen3_gguf) as engine:
-        assert engine.n_ctx == min(_n_ctx_train(tiny_qwen3_gguf), DEFAULT_N_CTX)
+        assert engine.n_ctx == min(n_ctx_train, DEFAULT_MAX_N_CTX)
 
 
 def test_messages_starting_with_newlines_keep_the_hf_ids(tiny_engine, hf_tokenizer):

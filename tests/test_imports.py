@@ -20,13 +20,25 @@ def test_import_venus_edge_pulls_in_neither_torch_nor_transformers():
     assert out.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", ["venus_edge.engines.base", "venus_edge.testing", "venus_edge.engines"])
+def test_engine_types_load_no_backend(module):
+    """The engine protocol and its records, and the scripted test engine, load neither llama.cpp nor torch: the
+    agent loop, ``train/hf_engine.py`` and tests use them without a backend."""
+    code = (f"import sys, {module}; "
+            "print(sorted(m for m in ('llama_cpp', 'torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"import {module} loaded {out.strip()}"
+
+
 # Modules used as namespaces of their own (``from venus_edge import protocol``), not re-exported by the package.
 NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.session", "venus_edge.testing", "venus_edge.eval.cli",
                      "venus_edge.quantize.cli", "venus_edge.train.cli", "venus_edge.server.cli", "venus_edge.bench.cli"}
 # Names exported across packages: the tool interface at the top level.
 CROSS_EXPORTS = {"venus_edge": {"Tool", "ToolError", "ToolResult"}}
-PACKAGES = ["venus_edge", "venus_edge.context", "venus_edge.eval", "venus_edge.protocol", "venus_edge.tools",
-            "venus_edge.quantize", "venus_edge.train", "venus_edge.server", "venus_edge.bench"]
+# Subpackages whose modules' names the package also exports: the engines at the top level.
+SUBPACKAGE_EXPORTS = {"venus_edge": ["venus_edge.engines"]}
+PACKAGES = ["venus_edge", "venus_edge.engines", "venus_edge.memory", "venus_edge.eval", "venus_edge.protocol",
+            "venus_edge.tools", "venus_edge.quantize", "venus_edge.train", "venus_edge.server", "venus_edge.bench"]
 
 
 def _modules(package_name: str) -> list[ModuleType]:
@@ -47,10 +59,11 @@ def test_every_public_class_is_in_its_modules_all(package_name):
 
 @pytest.mark.parametrize("package_name", PACKAGES)
 def test_the_package_exports_what_its_modules_declare(package_name):
-    """The package's ``__all__`` is the union of its modules' (plus the declared cross exports), sorted, and
-    each name is the module's object, documented."""
+    """The package's ``__all__`` is the union of its modules' (and those of the subpackages it re-exports, plus the
+    declared cross exports), sorted, and each name is the module's object, documented."""
     package = importlib.import_module(package_name)
-    declared = {name: module for module in _modules(package_name) for name in module.__all__}
+    exporting = [_modules(name) for name in [package_name, *SUBPACKAGE_EXPORTS.get(package_name, [])]]
+    declared = {name: module for modules in exporting for module in modules for name in module.__all__}
     expected = set(declared) | CROSS_EXPORTS.get(package_name, set())
     assert set(package.__all__) == expected, (sorted(expected - set(package.__all__)), sorted(set(package.__all__) - expected))
     assert package.__all__ == sorted(package.__all__)

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from venus_edge.cli import main
+from venus_edge.engines.models import resolve_model
 from venus_edge.errors import ModelNotFoundError
-from venus_edge.models import resolve_model
 
 
 def _fake_hub_cache(root, repo_id, files, source):

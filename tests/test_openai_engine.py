@@ -15,13 +15,14 @@ import pytest
 
 from venus_edge import protocol
 from venus_edge.agent import Agent, AgentConfig
-from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams
+from venus_edge.engines.base import GREEDY, SamplingParams
+from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.engines.openai import OpenAIEngine
 from venus_edge.errors import EngineConnectionError
 from venus_edge.events import ErrorRaised
-from venus_edge.openai_engine import OpenAIEngine
+from venus_edge.testing import LlamaServer
 from venus_edge.toolbox import default_tools
 from venus_edge.tools.base import ToolResult
-from venus_edge.testing import LlamaServer
 from venus_edge.trajectory import read_journal
 
 CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"

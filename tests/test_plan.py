@@ -1,4 +1,4 @@
-"""The memory planner (``venus_edge.context``): the GGUF header reader against llama.cpp's own reading, the KV and
+"""The memory planner (``venus_edge.memory``): the GGUF header reader against llama.cpp's own reading, the KV and
 compute sizes against what llama.cpp allocates, the choice rule, the refusal, the engine and the ``plan`` command."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import pytest
 from llama_cpp import _internals
 
 from venus_edge.cli import main
-from venus_edge.context import (
+from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.errors import MemoryPlanError, ModelLoadError
+from venus_edge.memory import (
     MemoryPlan,
     available_ram_bytes,
     dr_venus_4b_header,
@@ -25,8 +27,6 @@ from venus_edge.context import (
     presets_table,
     read_model_header,
 )
-from venus_edge.engine import LlamaCppEngine
-from venus_edge.errors import MemoryPlanError, ModelLoadError
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -1,4 +1,4 @@
-"""The persistent prompt cache (``venus_edge.prompt_cache``) with real llama.cpp, SmolLM2 and real files.
+"""The persistent prompt cache (``venus_edge.engines.prompt_cache``) with real llama.cpp, SmolLM2 and real files.
 
 A new ``LlamaCppEngine`` object starts with an empty KV cache, as a new process does; each test makes engines on
 one cache folder under ``tmp_path`` and reads the reuse figures that ``generate`` reports. The engines run one
@@ -17,8 +17,9 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from venus_edge import protocol
-from venus_edge.engine import GREEDY, Completion, LlamaCppEngine
-from venus_edge.prompt_cache import default_prompt_cache_dir, stable_prefix_length
+from venus_edge.engines.base import GREEDY, Completion
+from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.engines.prompt_cache import default_prompt_cache_dir, stable_prefix_length
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 
@@ -196,7 +197,7 @@ def _garbage_header(data: bytes) -> bytes:
 def test_a_damaged_file_is_ignored_and_replaced(damage, smollm2_gguf, seeded, prompt, stable, uncached, caplog):
     (path,) = _files(seeded)
     path.write_bytes(damage(path.read_bytes()))
-    with caplog.at_level(logging.WARNING, logger="venus_edge.prompt_cache"):
+    with caplog.at_level(logging.WARNING, logger="venus_edge.engines.prompt_cache"):
         completion, counts = _generate(smollm2_gguf, seeded, prompt)
     assert completion.stats.prompt_tokens_reused == 0 and completion.text == uncached.text, completion
     assert (counts.rejected, counts.saves) == (1, 1), counts

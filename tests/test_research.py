@@ -7,7 +7,8 @@ import json
 
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import main
-from venus_edge.engine import LlamaCppEngine, SamplingParams
+from venus_edge.engines.base import SamplingParams
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_trajectories
 

@@ -21,7 +21,7 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import main
 from venus_edge.server import QueueFullError, ResearchService, SessionRequest, create_app
 from venus_edge.server.app import LOOPBACK_HOSTS
-from venus_edge.server.cli import is_loopback
+from venus_edge.server.defaults import is_loopback
 from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, read_sse, tool_call_turn
 from venus_edge.toolbox import close_tools, default_tools
 from venus_edge.trajectory import read_journal

@@ -7,8 +7,9 @@ import threading
 from pathlib import Path
 
 from venus_edge.agent import Agent, AgentConfig
-from venus_edge.batched import BatchedLlamaCppEngine
-from venus_edge.engine import GREEDY, LlamaCppEngine, SamplingParams, StopStream, stream_generation
+from venus_edge.engines.base import GREEDY, SamplingParams, StopStream, stream_generation
+from venus_edge.engines.batched import BatchedLlamaCppEngine
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.errors import GenerationCancelled
 from venus_edge.events import SessionFinished, TextDelta
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events

@@ -7,7 +7,7 @@ program (bad construction, closed resources) raises. What a backend went through
 rate limited, fallbacks, back-off sleeps) comes back as ``ToolAttempt``s, which the loop reports as events.
 
 Third-party tools register under the ``venus_edge.tools`` entry-point group; ``load_entry_point_tools`` finds
-them. Arrows run one way: this package never imports the runtime (``venus_edge.engine``, ``venus_edge.agent``);
+them. Arrows run one way: this package never imports the runtime (``venus_edge.engines``, ``venus_edge.agent``);
 what a tool needs from the model it declares as a ``typing.Protocol`` here (``TextCompleter``).
 """
 
@@ -127,9 +127,11 @@ class Tool(Protocol):
 
 @runtime_checkable
 class TextCompleter(Protocol):
-    """The one thing a tool may ask of the local model: complete a chat and return the text.
+    """The one thing a tool may ask of the local model (``visit``'s evidence and summary): complete a chat and
+    return the text.
 
-    Satisfied by ``venus_edge.engine.LlamaCppEngine.completer()`` without this package importing the engine.
+    Declared here, the tool layer's own protocol, so that this package imports no engine; every engine with the
+    ``venus_edge.engines.base.TextCompleter`` ability (``LlamaCppEngine``, ``OpenAIEngine``) satisfies it.
     ``messages`` are ``{"role": ..., "content": ...}`` dicts; the return value is the assistant text with any
     reasoning block removed.
     """

@@ -14,15 +14,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from venus_edge.engine import (
+from venus_edge.engines.base import (
     Completion,
     GenerationStats,
     SamplingParams,
     StopStream,
     StopTextRule,
     TokenCallback,
+    room_left,
 )
-from venus_edge.errors import ContextOverflowError
 from venus_edge.protocol import IM_END
 
 __all__ = ["GenerationCall", "TransformersEngine"]
@@ -118,9 +118,7 @@ class TransformersEngine:
         if grammar is not None:
             raise ValueError("TransformersEngine samples without a grammar: RL rollouts are unconstrained")
         prompt = list(prompt_ids)
-        room = self._n_ctx - len(prompt)
-        if room < 1 or not prompt:
-            raise ContextOverflowError(len(prompt), self._n_ctx, "raise n_ctx or use the force-answer policy")
+        room = room_left(len(prompt), self._n_ctx)
         device = next(self.model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(seed if seed is not None else 0)
         start = time.perf_counter()

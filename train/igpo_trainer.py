@@ -219,7 +219,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from venus_edge.agent import AgentConfig
-    from venus_edge.engine import SamplingParams
+    from venus_edge.engines.base import SamplingParams
     from venus_edge.eval.data import load_examples
     from venus_edge.train.hf_engine import TransformersEngine
 
@@ -406,7 +406,7 @@ class _RolloutServer:
         self.engine: Any = None
 
     def serve(self, policy: Any, tokenizer: Any) -> Any:
-        from venus_edge.openai_engine import OpenAIEngine
+        from venus_edge.engines.openai import OpenAIEngine
 
         checkpoint = self.folder / "hf"
         policy.save_pretrained(checkpoint, safe_serialization=True)

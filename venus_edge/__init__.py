@@ -4,8 +4,21 @@
     engine = LlamaCppEngine("DR-Venus-4B-RL-Q4_K_M.gguf")
     result = Agent(engine, default_tools(["docs/"], completer=engine)).run("When was tomllib added?")
 
-Every name a runtime module lists in its ``__all__`` is exported here (``protocol`` and ``testing`` are used as
-modules: ``from venus_edge import protocol``), with the tool layer's ``Tool``, ``ToolResult`` and ``ToolError``.
+Every name a runtime module (``venus_edge/*.py`` and the engines in ``venus_edge/engines/``) lists in its
+``__all__`` is exported here, with the tool layer's ``Tool``, ``ToolResult`` and ``ToolError``; ``protocol``,
+``memory``, ``eval``, ``server`` and ``bench`` are used as packages (``from venus_edge.memory import plan_memory``).
+This module is the top of the import graph: it only exports lazily, and no module of the package imports it
+(``tests/test_layers.py``).
+
+The layers, lowest first (ARCHITECTURE.md; an import may only point down or sideways):
+
+0. ``tools``, ``protocol``, ``errors`` and the leaf formats ``grammar`` and ``jsonl``
+1. ``memory``: the GGUF header reader, the memory planner, what the machine offers
+2. ``engines`` (and ``testing``, whose scripted engine needs only ``engines.base``)
+3. the agent: ``agent``, ``policies``, ``events``, ``turn``, ``trajectory``, ``toolbox``; and ``quantize``
+4. ``session``
+5. ``eval``, ``server``, ``bench``
+6. ``cli``, ``train``
 """
 
 import importlib as _importlib
@@ -13,39 +26,54 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
+# Keys are module paths under venus_edge; the engines' names come from their modules in venus_edge.engines.
 _MODULE_EXPORTS = {
     "agent": ("Agent", "AgentConfig", "Result"),
-    "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
-    "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream",
-               "stream_generation"),
+    "engines.base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
+                     "stream_generation"),
+    "engines.batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
+    "engines.llama_cpp": ("LlamaCppEngine",),
+    "engines.models": ("resolve_model",),
+    "engines.openai": ("OpenAIEngine",),
+    "engines.prompt_cache": ("PromptCache", "PromptCacheCounts", "default_prompt_cache_dir", "stable_prefix_length"),
+    "engines.vocab": ("Vocabulary",),
     "errors": ("ContextOverflowError", "ContextSettingsError", "EngineConnectionError", "EngineStateError",
-               "GenerationCancelled", "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError", "VenusEdgeError"),
+               "GenerationCancelled", "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError",
+               "VenusEdgeError"),
     "events": ("ContextCompacted", "ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted",
                "TextDelta", "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried", "TurnStarted"),
     "grammar": ("GrammarLimits",),
-    "models": ("resolve_model",),
-    "openai_engine": ("OpenAIEngine",),
-    "prompt_cache": ("PromptCache", "PromptCacheCounts", "default_prompt_cache_dir", "stable_prefix_length"),
+    "policies": ("POLICIES", "Compaction", "CompactionContext", "ContextPolicy", "ForceAnswer", "KeepLastK",
+                 "Summarize", "make_policy"),
     "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
     "turn": ("Turn",),
-    "vocab": ("Vocabulary",),
     "tools": ("Tool", "ToolError", "ToolResult"),
 }
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 
 if _TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig, Result
-    from venus_edge.batched import BatchedLlamaCppEngine, SequenceEngine
-    from venus_edge.engine import (
+    from venus_edge.engines.base import (
         Completion,
         Engine,
         GenerationStats,
-        LlamaCppEngine,
         SamplingParams,
         StopStream,
+        TextCompleter,
         stream_generation,
     )
+    from venus_edge.engines.batched import BatchedLlamaCppEngine, SequenceEngine
+    from venus_edge.engines.llama_cpp import LlamaCppEngine
+    from venus_edge.engines.models import resolve_model
+    from venus_edge.engines.openai import OpenAIEngine
+    from venus_edge.engines.prompt_cache import (
+        PromptCache,
+        PromptCacheCounts,
+        default_prompt_cache_dir,
+        stable_prefix_length,
+    )
+    from venus_edge.engines.vocab import Vocabulary
     from venus_edge.errors import (
         ContextOverflowError,
         ContextSettingsError,
@@ -74,9 +102,16 @@ if _TYPE_CHECKING:
         TurnStarted,
     )
     from venus_edge.grammar import GrammarLimits
-    from venus_edge.models import resolve_model
-    from venus_edge.openai_engine import OpenAIEngine
-    from venus_edge.prompt_cache import PromptCache, PromptCacheCounts, default_prompt_cache_dir, stable_prefix_length
+    from venus_edge.policies import (
+        POLICIES,
+        Compaction,
+        CompactionContext,
+        ContextPolicy,
+        ForceAnswer,
+        KeepLastK,
+        Summarize,
+        make_policy,
+    )
     from venus_edge.toolbox import MergedSearchBackend, close_tools, default_tools
     from venus_edge.tools import Tool, ToolError, ToolResult
     from venus_edge.trajectory import (
@@ -88,7 +123,6 @@ if _TYPE_CHECKING:
         read_trajectories,
     )
     from venus_edge.turn import Turn
-    from venus_edge.vocab import Vocabulary
 
 
 def __getattr__(name: str) -> _Any:

@@ -17,7 +17,7 @@ Departures from the reference:
 2. The prompt budget is also capped by the engine's ``n_ctx`` minus an answer reserve: room for a whole final turn,
    at least ``answer_reserve_tokens`` and at least the longest turn seen so far plus the limit notice. A regular
    turn may not grow past the budget (its ``max_tokens`` is capped there), so the forced final turn always fits.
-3. What happens at the budget is a context policy (``venus_edge.context.policies``): ``force-answer`` is the
+3. What happens at the budget is a context policy (``venus_edge.policies``): ``force-answer`` is the
    reference's behaviour; ``keep-last-k`` and ``summarize`` compact the conversation and go on researching.
 4. A killed session resumes from its journal (``Agent.resume``) at its last complete turn.
 
@@ -46,9 +46,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
-from venus_edge import protocol
-from venus_edge.context.policies import Compaction, CompactionContext, ContextPolicy, make_policy
-from venus_edge.engine import Completion, Engine, SamplingParams, stream_generation
+import venus_edge.protocol as protocol
+from venus_edge.engines.base import Completion, Engine, SamplingParams, stream_generation
 from venus_edge.errors import (
     ContextOverflowError,
     ContextSettingsError,
@@ -56,7 +55,6 @@ from venus_edge.errors import (
     GenerationCancelled,
     TrajectoryError,
 )
-from venus_edge.grammar import GrammarLimits, turn_grammar
 from venus_edge.events import (
     ContextCompacted,
     ErrorRaised,
@@ -72,6 +70,8 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
+from venus_edge.grammar import GrammarLimits, turn_grammar
+from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
 from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.trajectory import Trajectory, TrajectoryWriter, read_journal, rebuild_messages
@@ -107,7 +107,7 @@ class AgentConfig:
         answer_reserve_tokens: the floor, in tokens, of the room kept free in ``n_ctx`` for a final turn; the
             reserve grows to the longest turn seen so far plus the limit notice when that is more.
         context_policy: what happens at the budget: ``force-answer`` (the reference), ``keep-last-k`` or
-            ``summarize`` (``venus_edge.context.policies``).
+            ``summarize`` (``venus_edge.policies``).
         keep_last: tool results kept whole by ``keep-last-k``.
         max_summaries: restarts ``summarize`` may make before the answer is forced.
         time_limit_s: wall-clock budget in seconds (reference: 9,000).
@@ -235,7 +235,7 @@ class Agent:
         tools: the tools, in the order their schemas appear in the system prompt.
         config: limits and guards.
         trajectory_path: append the session's journal here (JSONL, see ``venus_edge.trajectory``).
-        context_policy: a policy object of your own (``venus_edge.context.ContextPolicy``); default the one
+        context_policy: a policy object of your own (``venus_edge.policies.ContextPolicy``); default the one
             ``config.context_policy`` names. Each session works on its own copy.
 
     Raises:

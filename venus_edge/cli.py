@@ -93,9 +93,9 @@ def _add_plan_command(commands: "argparse._SubParsersAction[argparse.ArgumentPar
 
 def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``venus-edge plan``: the plan ``research`` would load with (its helper context for ``visit`` included)."""
-    from venus_edge.context import available_ram_bytes, plan_memory, read_model_header
-    from venus_edge.engine import DEFAULT_HELPER_N_CTX
-    from venus_edge.models import resolve_model
+    from venus_edge.engines.llama_cpp import DEFAULT_HELPER_N_CTX
+    from venus_edge.engines.models import resolve_model
+    from venus_edge.memory import available_ram_bytes, plan_memory, read_model_header
 
     if args.n_ctx is not None and args.n_ctx < 1:
         parser.error("--n-ctx must be at least 1")

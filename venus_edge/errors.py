@@ -77,10 +77,11 @@ class ModelNotFoundError(VenusEdgeError):
 
     Attributes:
         source: what the user asked for (a path, or ``repo_id`` / ``repo_id:filename``).
+        reason: what went wrong, without the advice.
     """
 
     def __init__(self, source: str, reason: str) -> None:
-        self.source = source
+        self.source, self.reason = source, reason
         super().__init__(
             f"model {source!r} not found: {reason}. "
             "Pass a local GGUF with --model /path/to/model.gguf, or a hub repo as --model owner/name:file.gguf "
@@ -93,10 +94,11 @@ class ModelLoadError(VenusEdgeError):
 
     Attributes:
         path: the file that failed to load.
+        reason: what went wrong (``not a GGUF file: ...``).
     """
 
     def __init__(self, path: Path, reason: str) -> None:
-        self.path = path
+        self.path, self.reason = path, reason
         super().__init__(f"cannot load model {str(path)!r}: {reason}")
 
 
@@ -121,7 +123,7 @@ class ContextSettingsError(VenusEdgeError, ValueError):
 
 class MemoryPlanError(VenusEdgeError):
     """Raised when no context window and KV-cache type fit the model in the RAM budget
-    (``venus_edge.context.plan_memory``); the message names the numbers and what would fit.
+    (``venus_edge.memory.plan_memory``); the message names the numbers and what would fit.
 
     Attributes:
         needed_bytes: resident memory of the smallest plan tried, in bytes (the weights alone when even they

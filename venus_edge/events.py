@@ -156,7 +156,7 @@ class LimitReached(Event):
 
 @dataclass(frozen=True)
 class ContextCompacted(Event):
-    """A context policy edited the conversation (``venus_edge.context.policies``).
+    """A context policy edited the conversation (``venus_edge.policies``).
 
     ``tokens_before`` / ``tokens_after`` are the prompt's tokens around the edit; ``tokens_reevaluated`` is what the
     next turn's prefill will evaluate again (the tokens after the first one that changed), the price of the edit.

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from venus_edge.context.plan import KV_TYPES, parse_size
+from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
 from venus_edge.errors import VenusEdgeError
-from venus_edge.models import DEFAULT_MODEL, DEFAULT_QUANT
+from venus_edge.memory.plan import KV_TYPES, parse_size
 
 if TYPE_CHECKING:
     from venus_edge.agent import AgentConfig, Result
-    from venus_edge.engine import Engine
+    from venus_edge.engines.base import Engine
 
 __all__: list[str] = []
 
@@ -180,7 +180,7 @@ def open_session(args: argparse.Namespace, *, logprobs: bool = False, samples: i
     """
     # Imported here so that `venus-edge --help` stays fast.
     from venus_edge.agent import AgentConfig
-    from venus_edge.engine import SamplingParams
+    from venus_edge.engines.base import SamplingParams
     from venus_edge.toolbox import close_tools, default_tools
     from venus_edge.tools.errors import ToolError
 
@@ -234,19 +234,19 @@ def _load_engine(args: argparse.Namespace, samples: int) -> Any:
         raise SetupError("--kv-type and --ram plan the in-process engine of one rollout at a time; they do not "
                          "apply to --engine openai or to several samples at once")
     if args.engine == "openai":
-        from venus_edge.openai_engine import OpenAIEngine
+        from venus_edge.engines.openai import OpenAIEngine
 
         return OpenAIEngine(args.base_url, model=args.model, api_key=args.api_key, n_ctx=args.n_ctx)
-    from venus_edge.models import resolve_model
+    from venus_edge.engines.models import resolve_model
 
     path = resolve_model(args.model or DEFAULT_MODEL)
     if samples > 1:
-        from venus_edge.batched import BatchedLlamaCppEngine
+        from venus_edge.engines.batched import BatchedLlamaCppEngine
 
         window = args.n_ctx or DEFAULT_SAMPLE_N_CTX
         return BatchedLlamaCppEngine(path, n_seq=samples, n_ctx=window * samples, n_threads=args.threads)
-    from venus_edge.engine import LlamaCppEngine
-    from venus_edge.prompt_cache import default_prompt_cache_dir
+    from venus_edge.engines.llama_cpp import LlamaCppEngine
+    from venus_edge.engines.prompt_cache import default_prompt_cache_dir
 
     prompt_cache_dir = None if args.no_prompt_cache else default_prompt_cache_dir()
     return LlamaCppEngine(path, n_ctx=args.n_ctx, n_threads=args.threads, seed=args.seed,

@@ -16,7 +16,8 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from venus_edge.errors import ContextOverflowError, GenerationCancelled
+from venus_edge.engines.base import Completion, GenerationStats, room_left
+from venus_edge.errors import GenerationCancelled
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_CPP_SDIST = "llama_cpp_python-0.3.36.tar.gz"
@@ -225,11 +226,8 @@ class ScriptedEngine:
 
     def generate(self, prompt_ids: Sequence[int], *, sampling: Any, stop: Sequence[str] = (),
                  stop_text_if: Callable[[str], bool] | None = None, grammar: str | None = None,
-                 on_text: Callable[[str], None] | None = None, seed: int | None = None) -> Any:
-        from venus_edge.engine import Completion, GenerationStats  # the engine module loads llama.cpp
-
-        if len(prompt_ids) >= self.n_ctx:
-            raise ContextOverflowError(len(prompt_ids), self.n_ctx, "the scripted engine's context is full")
+                 on_text: Callable[[str], None] | None = None, seed: int | None = None) -> Completion:
+        room = room_left(len(prompt_ids), self.n_ctx)  # as a real engine, the room check raises first
         self.prompts.append(self.detokenize(prompt_ids))
         self.grammars.append(grammar)
         self.max_tokens.append(getattr(sampling, "max_tokens", 0))
@@ -240,7 +238,7 @@ class ScriptedEngine:
         cut = _first_stop(turn, stop, stop_text_if)
         text = turn if cut is None else turn[: cut[0]]
         finish = "eog" if cut is None else "stop"
-        limit = min(getattr(sampling, "max_tokens", len(text)), self.n_ctx - len(prompt_ids))
+        limit = min(getattr(sampling, "max_tokens", len(text)), room)
         if len(text) > limit:  # as a real engine: max_tokens and the room left in n_ctx bound the turn
             text, finish, cut = text[:max(limit, 0)], "length", None
         size = self.piece_chars or max(len(text), 1)

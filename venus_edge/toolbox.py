@@ -7,7 +7,8 @@ import importlib.util
 import os
 from typing import Callable, Sequence
 
-from venus_edge.tools.base import TextCompleter, Tool
+from venus_edge.engines.base import TextCompleter
+from venus_edge.tools.base import Tool
 from venus_edge.tools.corpus import Corpus, Hit
 from venus_edge.tools.replay import RecordingTool, ReplayTool
 from venus_edge.tools.search import (

@@ -20,7 +20,7 @@ flushed and fsync'ed after each, so a killed process loses at most the turn in f
 and ``<tool_response>`` user messages), ready for the protocol renderer. A session without an end record (a
 killed run) is read back with ``termination == "incomplete"`` and messages rebuilt from its turn records.
 
-A ``compaction`` record (a context policy edited the conversation, ``venus_edge.context``) follows the last complete
+A ``compaction`` record (a context policy edited the conversation, ``venus_edge.policies``) follows the last complete
 turn before it (``turn``: that turn's index, -1 before the first) and holds the whole conversation after the edit (``messages``) and the tool-call keys the
 duplicate guard still holds (``call_keys``), so that ``rebuild_messages`` and a resumed session see what the model
 saw; ``attempts`` counts the samples drawn since the record before it (a turn cut at the budget, a ``summarize``
@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from venus_edge.errors import TrajectoryError
-from venus_edge.protocol import is_observation
 from venus_edge.jsonl import append_record, iter_records
+from venus_edge.protocol import is_observation
 from venus_edge.turn import Turn
 
 __all__ = ["Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"]

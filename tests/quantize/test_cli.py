@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from venus_edge.cli import main
-from venus_edge.engine import GREEDY, LlamaCppEngine
+from venus_edge.engines.base import GREEDY
+from venus_edge.engines.llama_cpp import LlamaCppEngine
 
 
 @pytest.fixture(scope="module")

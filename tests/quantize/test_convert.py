@@ -28,7 +28,7 @@ from venus_edge.quantize.errors import (
     TokenizerFilesMissingError,
     UnsupportedArchitectureError,
 )
-from venus_edge.quantize.gguf_info import inspect_gguf, read_gguf_header
+from venus_edge.quantize.gguf_info import ggml_type_name, inspect_gguf, read_gguf_header
 from venus_edge.quantize.tiny import Qwen3Config, write_tiny_qwen3
 
 MIXED_TEXTS = [
@@ -96,7 +96,7 @@ def test_f32_metadata_matches_config(tiny_gguf_f32, chatml_template):
 
 def test_f16_keeps_norms_f32_and_tensor_names(tiny_gguf_f16):
     header = read_gguf_header(tiny_gguf_f16)
-    types = {t.name: t.ggml_type.name for t in header.tensors}
+    types = {t.name: ggml_type_name(t.ggml_type) for t in header.tensors}
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, 2)
     assert gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.OUTPUT] + ".weight" not in types
     assert types[name_map.get_name("model.layers.1.self_attn.q_norm.weight", try_suffixes=(".weight",))] == "F32"

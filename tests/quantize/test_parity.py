@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from transformers import Qwen3ForCausalLM
 
-from venus_edge.engine import off_main_thread
+from venus_edge.engines.llama_cpp import off_main_thread
 
 PROMPT_IDS = [151644, 872, 198, 9707, 11, 1879, 0, 220, 108386, 151645, 198, 151644, 77091, 198, 151667, 198]
 
@@ -43,7 +43,8 @@ def test_greedy_decode_matches_transformers(tiny_checkpoint, tiny_gguf_f32):
     as transformers' greedy ``generate`` on the checkpoint."""
     from dataclasses import replace
 
-    from venus_edge.engine import GREEDY, LlamaCppEngine
+    from venus_edge.engines.base import GREEDY
+    from venus_edge.engines.llama_cpp import LlamaCppEngine
 
     model = Qwen3ForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
     with torch.no_grad():

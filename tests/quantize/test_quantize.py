@@ -101,7 +101,7 @@ def test_header_reader_agrees_with_gguf_reader(tmp_path):
     writer.close()
     reference = gguf.GGUFReader(path)
     header = read_gguf_header(path)
-    assert header.metadata[gguf.Keys.Tokenizer.LIST] == reference.fields[gguf.Keys.Tokenizer.LIST].contents()
+    assert list(header.metadata[gguf.Keys.Tokenizer.LIST]) == reference.fields[gguf.Keys.Tokenizer.LIST].contents()
     assert header.metadata[gguf.Keys.LLM.BLOCK_COUNT.format(arch="qwen3")] == 3
     for ours, theirs in zip(header.tensors, reference.tensors, strict=True):
         assert (ours.name, ours.ggml_type, ours.n_bytes) == (theirs.name, theirs.tensor_type, theirs.n_bytes)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from venus_edge.agent import Agent, AgentConfig  # noqa: E402
 from venus_edge.cli import main as cli  # noqa: E402
-from venus_edge.engine import Completion, GenerationStats, SamplingParams  # noqa: E402
+from venus_edge.engines.base import Completion, GenerationStats, SamplingParams  # noqa: E402
 from venus_edge.testing import ScriptedEngine, tool_call_turn  # noqa: E402
 from venus_edge.toolbox import close_tools, default_tools  # noqa: E402
 from venus_edge.train.hf_engine import GenerationCall, TransformersEngine  # noqa: E402

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from venus_edge.agent import AgentConfig  # noqa: E402
 from venus_edge.cli import main as cli  # noqa: E402
-from venus_edge.engine import SamplingParams  # noqa: E402
+from venus_edge.engines.base import SamplingParams  # noqa: E402
 from venus_edge.testing import LlamaServer  # noqa: E402
 from venus_edge.toolbox import close_tools, default_tools  # noqa: E402
 from venus_edge.train.igpo_rollout import RecordingEngine, run_rollout  # noqa: E402

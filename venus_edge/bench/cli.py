@@ -68,8 +68,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``venus-edge bench``; the exit code (0, or 2 for bad flags)."""
     from venus_edge.bench import measure
     from venus_edge.bench.run import STAGES, pick_reference, run_bench
-    from venus_edge.engine import physical_cores
-    from venus_edge.models import resolve_model
+    from venus_edge.engines.models import resolve_model
+    from venus_edge.memory.machine import physical_cores
 
     if args.decode_tokens < 2 or args.repeats < 1 or args.n_ctx < 256:
         parser.error("--decode-tokens must be >= 2, --repeats >= 1 and --n-ctx >= 256")

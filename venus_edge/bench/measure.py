@@ -3,7 +3,7 @@
 For each configuration (``BenchConfig``), in this process, one after the other:
 
 - load: seconds to load ``LlamaCppEngine``; resident memory as the planner splits it (weights, KV cache, compute
-  buffers; ``venus_edge.context.MemoryPlan``) and as measured (VmRSS growth over the load and after use);
+  buffers; ``venus_edge.memory.MemoryPlan``) and as measured (VmRSS growth over the load and after use);
 - prefill tokens/s at several prompt lengths (fresh prompts, nothing reused from the KV cache);
 - time to first token of a DR-Venus first turn (the system prompt with the search and visit schemas and a
   question, as a session starts without the prompt cache);
@@ -32,10 +32,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from venus_edge import protocol
-from venus_edge.context.header import read_model_header
-from venus_edge.context.plan import KVType, kv_bytes_per_token
-from venus_edge.engine import LlamaCppEngine, SamplingParams, physical_cores
+import venus_edge.protocol as protocol
+from venus_edge.engines.base import SamplingParams
+from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.memory.header import read_model_header
+from venus_edge.memory.machine import physical_cores
+from venus_edge.memory.plan import KVType, kv_bytes_per_token
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.trajectory import Trajectory, read_journal
@@ -394,5 +396,5 @@ def load_session(path: Path) -> Trajectory:
 
 
 def kv_per_token(model: Path, kv_type: str) -> int:
-    """KV-cache bytes one token takes (``venus_edge.context.plan.kv_bytes_per_token``)."""
+    """KV-cache bytes one token takes (``venus_edge.memory.plan.kv_bytes_per_token``)."""
     return kv_bytes_per_token(read_model_header(model), kv_type)

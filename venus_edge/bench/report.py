@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from venus_edge.bench.measure import ConfigResult, bandwidth_limit, kv_per_token
-from venus_edge.context.plan import format_bytes
+from venus_edge.memory.plan import format_bytes
 
 __all__ = ["BenchReport"]
 

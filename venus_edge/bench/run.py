@@ -8,11 +8,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Callable, Sequence
 
-from venus_edge import protocol
+import venus_edge.protocol as protocol
 from venus_edge.bench.measure import BenchConfig, ConfigResult, measure_config, memory_bandwidth
 from venus_edge.bench.report import BenchReport
-from venus_edge.context.header import read_model_header
-from venus_edge.engine import physical_cores
+from venus_edge.memory.header import read_model_header
+from venus_edge.memory.machine import physical_cores
 from venus_edge.trajectory import Trajectory
 
 __all__ = ["pick_reference", "run_bench"]

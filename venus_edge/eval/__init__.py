@@ -17,8 +17,9 @@ _MODULE_EXPORTS = {
     "data": ("ANSWER_SPLIT", "EvalExample", "LoadReport", "load_examples", "read_data_rows", "split_answers"),
     "judge": ("JudgeVerdict", "LLMJudge", "parse_verdict"),
     "metrics": ("exact_match", "normalize_answer", "pass_at_k", "token_f1"),
+    "records": ("EvalRow", "EvalSummary"),
     "report": ("summarize", "write_report"),
-    "runner": ("EvalRow", "EvalSummary", "run_eval"),
+    "runner": ("run_eval",),
 }
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 

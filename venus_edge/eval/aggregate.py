@@ -17,8 +17,8 @@ import math
 import re
 from typing import Sequence
 
+from venus_edge.engines.base import TextCompleter
 from venus_edge.eval.metrics import normalize_answer
-from venus_edge.tools.base import TextCompleter
 
 __all__ = ["AGGREGATORS", "aggregate_answers", "select_answer"]
 

@@ -18,7 +18,7 @@ from venus_edge.eval.aggregate import AGGREGATORS
 if TYPE_CHECKING:
     from venus_edge.agent import Result
     from venus_edge.eval.data import EvalExample
-    from venus_edge.eval.runner import EvalRow
+    from venus_edge.eval.records import EvalRow
 
 __all__ = ["add_command", "run"]
 
@@ -49,10 +49,10 @@ def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run ``eval``; exit code 0 when every sample was scored."""
-    from venus_edge.session import check_session_arguments, open_session, rollouts
     from venus_edge.eval.data import load_examples
     from venus_edge.eval.judge import LLMJudge
     from venus_edge.eval.runner import TRAJECTORIES_FILE, run_eval
+    from venus_edge.session import check_session_arguments, open_session, rollouts
 
     check_session_arguments(args, parser)
     if args.k < 1:
@@ -93,11 +93,11 @@ def _judge_engine(judge: str | None, engine: Any) -> Any:
     if judge == "self":
         return engine
     if judge.startswith(("http://", "https://")):
-        from venus_edge.openai_engine import OpenAIEngine
+        from venus_edge.engines.openai import OpenAIEngine
 
         return OpenAIEngine(judge)
-    from venus_edge.engine import LlamaCppEngine
-    from venus_edge.models import resolve_model
+    from venus_edge.engines.llama_cpp import LlamaCppEngine
+    from venus_edge.engines.models import resolve_model
 
     return LlamaCppEngine(resolve_model(judge))
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from venus_edge.tools.base import TextCompleter
+from venus_edge.engines.base import TextCompleter
 
 __all__ = ["JudgeVerdict", "LLMJudge", "parse_verdict"]
 

@@ -68,3 +68,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_at_ks(per_question: Iterable[tuple[int, int]], k: int) -> dict[str, float]:
+    """Mean unbiased pass@j over questions, for j = 1, 2, 4, ... and k, from (samples, correct) pairs."""
+    pairs = list(per_question)
+    js = sorted({j for j in (1, 2, 4, 8, 16, 32, 64) if j <= k} | {k})
+    return {f"pass@{j}": round(sum(pass_at_k(n, c, j) for n, c in pairs) / len(pairs), 4) for j in js}

@@ -17,10 +17,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+from venus_edge.engines.base import TextCompleter
 from venus_edge.eval.aggregate import aggregate_answers
 from venus_edge.eval.data import EvalExample
-from venus_edge.eval.runner import EvalRow, EvalSummary, pass_at_ks
-from venus_edge.tools.base import TextCompleter
+from venus_edge.eval.metrics import pass_at_ks
+from venus_edge.eval.records import EvalRow, EvalSummary
 
 __all__ = ["summarize", "write_report"]
 

@@ -18,81 +18,24 @@ import logging
 import os
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from venus_edge.agent import Result
+from venus_edge.engines.base import TextCompleter
 from venus_edge.eval.data import EvalExample
 from venus_edge.eval.judge import LLMJudge
-from venus_edge.eval.metrics import exact_match, pass_at_k, token_f1
+from venus_edge.eval.metrics import exact_match, token_f1
+from venus_edge.eval.records import EvalRow, EvalSummary
+from venus_edge.eval.report import summarize, write_report
 from venus_edge.jsonl import append_record, iter_records
-from venus_edge.tools.base import TextCompleter
 
-__all__ = ["EvalRow", "EvalSummary", "run_eval"]
+__all__ = ["run_eval"]
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SampleFn = Callable[[EvalExample, Sequence[int]], Iterable[tuple[int, Result]]]
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EvalRow:
-    """One sample of one question.
-
-    Attributes:
-        id, sample: the question's id and the sample's index (0..k-1).
-        prediction: the agent's final answer, or None.
-        em, f1: exact match and token F1 against the accepted answers.
-        judge: the judge's verdict (``JudgeVerdict.to_dict``), or None without a judge.
-        correct: the judge's verdict when there is one (a failed judge counts as wrong), else ``em == 1``.
-        termination: the session's termination reason.
-        turns, tool_calls: model turns and tool calls of the session.
-        prompt_tokens_evaluated, prompt_tokens_reused, tokens_decoded: token counts of the session.
-        prefill_s, decode_s, elapsed_s: seconds in prefill, in decode, and wall clock.
-        final_turn_mean_logprob: mean log-probability of the final turn's tokens (when the engine gave them).
-        session_id: the session in ``trajectories.jsonl``.
-        generated_turns, well_formed_turns: turns the model wrote (retried ones included) and those that pass the
-            strict RL format check (PROTOCOL.md, "A well-formed turn").
-    """
-
-    id: str
-    sample: int
-    question: str
-    answers: list[str]
-    prediction: str | None
-    em: float
-    f1: float
-    judge: dict[str, Any] | None
-    correct: bool
-    termination: str
-    turns: int
-    tool_calls: int
-    prompt_tokens_evaluated: int
-    prompt_tokens_reused: int
-    tokens_decoded: int
-    prefill_s: float
-    decode_s: float
-    elapsed_s: float
-    final_turn_mean_logprob: float | None = None
-    session_id: str = ""
-    generated_turns: int = 0
-    well_formed_turns: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class EvalSummary:
-    """The figures of one evaluation (``report.summarize``); ``to_dict`` is ``summary.json``."""
-
-    data: dict[str, Any]
-    rows: list[EvalRow] = field(repr=False)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
 
 
 def run_eval(
@@ -125,8 +68,6 @@ def run_eval(
     Raises:
         ValueError: ``k < 1``, or two examples with the same id.
     """
-    from venus_edge.eval.report import summarize, write_report
-
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     ids = [example.id for example in examples]
@@ -185,12 +126,3 @@ def read_rows(path: Path) -> list[EvalRow]:
                 problem = f"not a result row ({exc})"
         logger.warning("%s:%d skipped: %s", path, number, problem)
     return rows
-
-
-def pass_at_ks(per_question: Iterable[tuple[int, int]], k: int) -> dict[str, float]:
-    """Mean unbiased pass@j over questions, for j = 1, 2, 4, ... and k, from (samples, correct) pairs."""
-    pairs = list(per_question)
-    js = sorted({j for j in (1, 2, 4, 8, 16, 32, 64) if j <= k} | {k})
-    return {f"pass@{j}": round(sum(pass_at_k(n, c, j) for n, c in pairs) / len(pairs), 4) for j in js}
-
-

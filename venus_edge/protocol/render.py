@@ -105,7 +105,7 @@ STEP_LIMIT_NOTICE = (
 
 Role = Literal["system", "user", "assistant"]
 
-# Texts of our context policies (``venus_edge.context``), not of the reference: DR-Venus never compacts its context.
+# Texts of our context policies (``venus_edge.policies``), not of the reference: DR-Venus never compacts its context.
 # Written in the voice of the notices above, so that an observation still reads as the tool layer speaking.
 SUMMARY_NOTICE = (
     "The context is nearly full. Write down everything you have found so far that helps answer the question: the "

@@ -12,14 +12,16 @@ from importlib import import_module
 from typing import Any
 
 __all__ = ["QuestionTooLongError", "QueueFullError", "ResearchOutput", "ResearchService", "SessionHandle",
-           "SessionRequest", "answer_with_sources", "create_app", "create_mcp_server", "run_mcp"]
+           "SessionRequest", "answer_with_sources", "create_app", "create_mcp_server", "default_journal_path",
+           "is_loopback", "run_mcp"]
 
 _HOMES = {"create_app": "venus_edge.server.app", "QueueFullError": "venus_edge.server.service",
           "QuestionTooLongError": "venus_edge.server.service",
           "answer_with_sources": "venus_edge.server.service",
           "ResearchService": "venus_edge.server.service", "SessionHandle": "venus_edge.server.service",
           "SessionRequest": "venus_edge.server.service", "ResearchOutput": "venus_edge.server.mcp",
-          "create_mcp_server": "venus_edge.server.mcp", "run_mcp": "venus_edge.server.mcp"}
+          "create_mcp_server": "venus_edge.server.mcp", "run_mcp": "venus_edge.server.mcp",
+          "default_journal_path": "venus_edge.server.defaults", "is_loopback": "venus_edge.server.defaults"}
 
 
 def __getattr__(name: str) -> Any:

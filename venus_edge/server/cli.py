@@ -12,34 +12,15 @@ Loopback only by default: binding any other address needs ``--api-key`` (clients
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from venus_edge.server.defaults import default_journal_path, is_loopback
 from venus_edge.session import add_session_arguments, check_session_arguments, open_session, size_argument
 
-__all__ = ["add_commands", "default_journal_path", "is_loopback", "run"]
-
-LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
-
-
-def default_journal_path() -> Path:
-    """``$XDG_DATA_HOME/venus-edge/server/journal.jsonl`` (default ``~/.local/share/...``)."""
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "venus-edge" / "server" / "journal.jsonl"
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
+__all__ = ["add_commands", "run"]
 
 def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``serve`` and ``mcp`` (their parsers import nothing heavy)."""

@@ -33,7 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
-from venus_edge.server.cli import default_journal_path, is_loopback
+from venus_edge.server.defaults import default_journal_path, is_loopback
 from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest, answer_with_sources
 from venus_edge.session import check_session_arguments, open_session
 from venus_edge.toolbox import close_tools

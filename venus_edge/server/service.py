@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from venus_edge.agent import CANCELLED, Agent, AgentConfig
-from venus_edge.engine import Engine
+from venus_edge.engines.base import Engine
 from venus_edge.errors import ContextOverflowError, VenusEdgeError
 from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
 from venus_edge.tools.base import Tool

@@ -39,7 +39,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import httpx
 
-from venus_edge.engine import (
+from venus_edge.engines.base import (
     Completion,
     FinishReason,
     GenerationStats,
@@ -47,8 +47,9 @@ from venus_edge.engine import (
     StopStream,
     StopTextRule,
     TokenCallback,
+    room_left,
 )
-from venus_edge.errors import ContextOverflowError, EngineConnectionError, EngineStateError
+from venus_edge.errors import EngineConnectionError, EngineStateError
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
 __all__ = ["OpenAIEngine"]
@@ -171,10 +172,7 @@ class OpenAIEngine:
         """
         self._check_open()
         prompt = list(prompt_ids)
-        room = self._n_ctx - len(prompt)
-        if room < 1 or not prompt:
-            raise ContextOverflowError(len(prompt), self._n_ctx, "raise n_ctx or use the force-answer policy")
-        max_tokens = min(sampling.max_tokens, room)
+        max_tokens = min(sampling.max_tokens, room_left(len(prompt), self._n_ctx))
         if self.exact_token_ids:
             return self._generate_whole(prompt, max_tokens, sampling, stop, grammar, on_text, seed)
         body: dict[str, Any] = {

@@ -49,14 +49,13 @@ same numbers with a smaller compute buffer; q8_0 and q4_0 need flash attention f
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from venus_edge.context.header import ModelHeader
 from venus_edge.errors import MemoryPlanError
+from venus_edge.memory.header import ModelHeader
+from venus_edge.memory.machine import available_ram_bytes, llama_cpu_features, physical_cores
 
 __all__ = [
     "DEFAULT_MAX_N_CTX",
@@ -64,13 +63,11 @@ __all__ = [
     "KV_TYPES",
     "MIN_N_CTX",
     "MemoryPlan",
-    "available_ram_bytes",
     "engine_plan",
     "estimate_memory",
     "format_bytes",
     "header_from_dims",
     "kv_bytes_per_token",
-    "llama_cpu_features",
     "parse_size",
     "plan_memory",
 ]
@@ -257,35 +254,6 @@ def _kib(n_bytes: float) -> str:
     return f"{n_bytes / 1024:.1f} KiB"
 
 
-def available_ram_bytes() -> int:
-    """RAM this process can use now, in bytes: ``MemAvailable`` from /proc/meminfo, lowered to the room left
-    under a cgroup v2 memory limit (a container) when there is one; without /proc/meminfo (not Linux), the
-    physical memory.
-
-    Raises:
-        OSError: neither can be read; pass a budget instead.
-    """
-    available = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key == "MemAvailable":
-                available = int(value.split()[0]) * 1024
-    except OSError:
-        pass
-    if available is None:  # not Linux: the physical memory, the most that could be available
-        try:
-            return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-        except (OSError, ValueError, AttributeError) as exc:
-            raise OSError("cannot tell how much RAM is available; pass a RAM budget (--ram 6G)") from exc
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-    except (OSError, ValueError):
-        return available
-    return available if limit == "max" else max(0, min(available, int(limit) - used))
-
-
 # ---------------------------------------------------------------------------------------------- formulas
 
 
@@ -346,20 +314,6 @@ def _repacked_bytes(header: ModelHeader, cpu_features: frozenset[str]) -> int:
     return total
 
 
-def llama_cpu_features() -> frozenset[str]:
-    """The CPU features llama.cpp was built with and found (``llama_print_system_info``: ``AVX2 = 1`` ...)."""
-    import llama_cpp
-
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
-    return frozenset(name.strip() for name, value in re.findall(r"([A-Z0-9_]+) = (\d+)", info) if value != "0")
-
-
-def _default_threads() -> int:
-    from venus_edge.engine import physical_cores
-
-    return physical_cores()
-
-
 def estimate_memory(
     header: ModelHeader,
     *,
@@ -412,7 +366,7 @@ def estimate_memory(
     cells = _kv_cells(n_ctx)
     return MemoryPlan(
         n_ctx=n_ctx, kv_type=kv_type, flash_attn=flash_attn, n_batch=n_batch, n_ubatch=n_ubatch,
-        n_threads=n_threads or _default_threads(), helper_n_ctx=helper_n_ctx,
+        n_threads=n_threads or physical_cores(), helper_n_ctx=helper_n_ctx,
         weights_bytes=header.weight_bytes,
         repacked_bytes=_repacked_bytes(header, features),
         kv_bytes=per_token * cells,
@@ -500,7 +454,7 @@ def plan_memory(
         raise ValueError(f"a {kv_type} V cache needs flash attention (llama.cpp refuses it otherwise); "
                          "drop flash_attn=False or use kv_type='f16'")
     features = llama_cpu_features() if cpu_features is None else cpu_features
-    threads = n_threads or _default_threads()
+    threads = n_threads or physical_cores()
     candidates = [n_ctx] if n_ctx is not None else _n_ctx_candidates(header, max_n_ctx)
     tried: list[MemoryPlan] = []
     best: dict[str, MemoryPlan] = {}  # KV type -> its largest window that fits (least lossy option there)

@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from venus_edge import protocol
+import venus_edge.protocol as protocol
 
 __all__ = [
     "POLICIES",

@@ -42,7 +42,7 @@ import numpy as np
 from llama_cpp import _internals
 from llama_cpp._logger import set_verbose
 
-from venus_edge.engine import (
+from venus_edge.engines.base import (
     Completion,
     FinishReason,
     GenerationStats,
@@ -50,12 +50,13 @@ from venus_edge.engine import (
     StopStream,
     StopTextRule,
     TokenCallback,
-    check_gguf_file,
-    physical_cores,
+    room_left,
 )
+from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
+from venus_edge.memory.header import check_gguf_file
+from venus_edge.memory.machine import physical_cores
 from venus_edge.protocol import render_chat_parts, tokenize_message
-from venus_edge.vocab import Vocabulary
 
 __all__ = ["BatchedLlamaCppEngine", "SequenceEngine"]
 
@@ -208,13 +209,11 @@ class BatchedLlamaCppEngine:
         if self._closed:
             raise EngineStateError(f"batched engine for {self.model_path} is closed")
         prompt = list(prompt_ids)
-        window = self.n_ctx_total // self.n_seq
-        if not prompt or len(prompt) >= window:
-            raise ContextOverflowError(len(prompt), window, "raise n_ctx or use the force-answer policy")
+        room = room_left(len(prompt), self.n_ctx_total // self.n_seq)
         stop_ids = {token: text for text in stop if (token := self.vocabulary.single_token_id(text)) is not None}
         stream = StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
         request = _Request(seq, prompt, sampling, stop_ids, stream, grammar, seed,
-                           max_tokens=min(sampling.max_tokens, window - len(prompt)))
+                           max_tokens=min(sampling.max_tokens, room))
         self._incoming.put(request)
         request.done.wait()
         if request.error is not None:

@@ -1,4 +1,4 @@
-"""The inference engine: an ``Engine`` protocol and ``LlamaCppEngine``, llama.cpp in-process.
+"""``LlamaCppEngine``: llama.cpp in-process, behind the ``Engine`` protocol (``venus_edge.engines.base``).
 
 The engine is token-in, text-out. It keeps the KV cache of its last prompt and evaluates only the new suffix of
 the next one (llama-cpp-python's prefix match in ``Llama.generate``), and it reports, per call, how many prompt
@@ -20,225 +20,39 @@ import codecs
 import contextlib
 import math
 import os
-import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator, Literal, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals
 
-from venus_edge.context.header import read_model_header
-from venus_edge.context.plan import KVType, MemoryPlan, engine_plan
-from venus_edge.errors import (
-    ContextOverflowError,
-    EngineStateError,
-    GenerationCancelled,
-    ModelLoadError,
-    ModelNotFoundError,
+from venus_edge.engines.base import (
+    Completion,
+    FinishReason,
+    GenerationStats,
+    SamplingParams,
+    StopStream,
+    StopTextRule,
+    TokenCallback,
+    room_left,
 )
-from venus_edge.prompt_cache import PromptCache
+from venus_edge.engines.prompt_cache import PromptCache
+from venus_edge.engines.vocab import Vocabulary
+from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
+from venus_edge.memory.header import FILE_TYPES, check_gguf_file, read_model_header
+from venus_edge.memory.machine import physical_cores
+from venus_edge.memory.plan import KVType, MemoryPlan, engine_plan
 from venus_edge.protocol import render_chat_parts, tokenize_message
-from venus_edge.vocab import Vocabulary
 
-__all__ = [
-    "Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream", "stream_generation",
-]
+__all__ = ["LlamaCppEngine"]
 
 T = TypeVar("T")
-GGUF_MAGIC = b"GGUF"
-DEFAULT_N_CTX = 32_768
 # visit reads a page reduced to DEFAULT_REDUCE_BUDGET_TOKENS plus its prompt and answer; 8K holds them.
 DEFAULT_HELPER_N_CTX = 8_192
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """Sampling settings for one generation call.
-
-    Defaults are the DR-Venus inference defaults (PROTOCOL.md, "Decoding and limits"; Inference/run_demo.py).
-
-    Attributes:
-        temperature: softmax temperature; 0 means greedy.
-        top_p: nucleus mass kept.
-        top_k: candidates kept before top_p.
-        presence_penalty: subtracted once from the logit of every token already generated in this call (all of
-            them, as vLLM does; not a window of the last 64 as llama-cpp-python's default).
-        max_tokens: new tokens at most in this call.
-        logprobs: also return each generated token's log-probability under the model (``Completion.logprobs``):
-            the log-softmax of the raw logits, before penalties, temperature and truncation.
-    """
-
-    temperature: float = 1.0
-    top_p: float = 0.95
-    top_k: int = 20
-    presence_penalty: float = 1.1
-    max_tokens: int = 15_000
-    logprobs: bool = False
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-
-
-GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
-
-
-@dataclass(frozen=True)
-class GenerationStats:
-    """What one ``generate`` call cost.
-
-    Attributes:
-        prompt_tokens: tokens in the prompt.
-        prompt_tokens_evaluated: prompt tokens run through the model in this call (prefill).
-        prompt_tokens_reused: prompt tokens whose KV entries were kept from the previous call.
-        tokens_decoded: tokens sampled (the end-of-generation token included).
-        prefill_s: seconds from the call to the first sampled token.
-        decode_s: seconds from the first sampled token to the end.
-    """
-
-    prompt_tokens: int
-    prompt_tokens_evaluated: int
-    prompt_tokens_reused: int
-    tokens_decoded: int
-    prefill_s: float
-    decode_s: float
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """Decode speed; the first token belongs to prefill, so it is left out."""
-        return (self.tokens_decoded - 1) / self.decode_s if self.tokens_decoded > 1 and self.decode_s > 0 else 0.0
-
-    @property
-    def prefill_tokens_per_s(self) -> float:
-        return self.prompt_tokens_evaluated / self.prefill_s if self.prefill_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "decode_tokens_per_s": round(self.decode_tokens_per_s, 3)}
-
-
-FinishReason = Literal["stop", "eog", "length", "cancelled"]
-
-
-@dataclass(frozen=True)
-class Completion:
-    """The result of one ``generate`` call.
-
-    Attributes:
-        text: generated text, cut before the stop string that ended it.
-        token_ids: generated token ids, end-of-generation token excluded.
-        finish_reason: ``stop`` (a stop string), ``eog`` (end-of-generation token), ``length``, or ``cancelled``
-            (``on_text`` raised ``GenerationCancelled``).
-        stop_string: the stop string met, if any.
-        stats: timing and KV-cache figures.
-        logprobs: with ``SamplingParams.logprobs``, the log-probability of each of ``token_ids`` (natural log).
-        end_token: the sampled token that ended generation and is not in ``token_ids`` (an end-of-generation
-            token, or a stop string the vocabulary holds as one token), where the engine saw it; None otherwise.
-            RL rollouts train on it.
-        end_logprob: its log-probability, with ``SamplingParams.logprobs`` and where the engine has it.
-    """
-
-    text: str
-    token_ids: list[int]
-    finish_reason: FinishReason
-    stop_string: str | None
-    stats: GenerationStats
-    logprobs: list[float] | None = None
-    end_token: int | None = None
-    end_logprob: float | None = None
-
-
-TokenCallback = Callable[[str], None]
-#: Called with the text generated before a stop string met as text; False means that occurrence is text, not a stop.
-StopTextRule = Callable[[str], bool]
-
-
-class Engine(Protocol):
-    """What the agent needs from a model. ``LlamaCppEngine`` is the runtime's; training plugs in others.
-
-    Stop semantics every engine follows: a stop string that the vocabulary holds as one token (an added token
-    such as Qwen3's ``<tool_response>``) stops generation only when that token is sampled, never when the same
-    characters are spelled by other tokens; any other stop string stops on the text, where ``stop_text_if``
-    (when given) accepts the text before it. The stop token or string is not part of the completion.
-
-    ``on_text`` receives the text as it is decoded, whole characters only, never a stop string; when it raises
-    ``GenerationCancelled`` the engine stops at that token and returns with ``finish_reason == "cancelled"``
-    (feeding the text through a ``StopStream`` gives both). ``stream_generation`` turns any engine's
-    ``generate`` into an iterator of text pieces.
-    """
-
-    @property
-    def n_ctx(self) -> int: ...
-
-    def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]: ...
-
-    def detokenize(self, token_ids: Sequence[int]) -> str: ...
-
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        *,
-        sampling: SamplingParams,
-        stop: Sequence[str] = (),
-        stop_text_if: StopTextRule | None = None,
-        grammar: str | None = None,
-        on_text: TokenCallback | None = None,
-        seed: int | None = None,
-    ) -> Completion: ...
-
-    def model_info(self) -> dict[str, Any]: ...
-
-
-_END_OF_STREAM = object()
-
-
-def stream_generation(
-    engine: Engine, prompt_ids: Sequence[int], *, cancel: threading.Event | None = None, **generate_args: Any
-) -> Generator[str, None, Completion]:
-    """``engine.generate(prompt_ids, **generate_args)`` as a generator of text pieces, yielded as they are decoded;
-    its return value (``StopIteration.value``, or ``yield from``) is the ``Completion``.
-
-    The generation runs on a thread of its own. Setting ``cancel``, or closing the generator (a consumer that
-    leaves early), stops it at its next token (``GenerationCancelled`` through ``on_text``; ``finish_reason`` is
-    then ``cancelled``); closing waits for the engine to be free again. Errors of ``generate`` are raised here.
-    """
-    pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    stopped = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def on_text(text: str) -> None:
-        if stopped.is_set() or (cancel is not None and cancel.is_set()):
-            raise GenerationCancelled("the generation was cancelled")
-        pieces.put(text)
-
-    def work() -> None:
-        try:
-            outcome["completion"] = engine.generate(prompt_ids, on_text=on_text, **generate_args)
-        except BaseException as exc:  # handed to the consumer, raised there
-            outcome["error"] = exc
-        finally:
-            pieces.put(_END_OF_STREAM)
-
-    thread = threading.Thread(target=work, name="generate", daemon=True)
-    thread.start()
-    try:
-        while (piece := pieces.get()) is not _END_OF_STREAM:
-            yield piece
-    finally:
-        stopped.set()
-        thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    completion: Completion = outcome["completion"]
-    return completion
 
 
 def off_main_thread(function: Callable[..., T], *args: Any) -> T:
@@ -253,67 +67,13 @@ def off_main_thread(function: Callable[..., T], *args: Any) -> T:
         return pool.submit(function, *args).result()
 
 
-def physical_cores() -> int:
-    """Physical CPU cores available to this process (hyper-threads counted once), at least 1."""
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cores: set[tuple[str, str]] = set()
-    with contextlib.suppress(OSError):
-        physical = core = ""
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "physical id":
-                physical = value.strip()
-            elif key.strip() == "core id":
-                core = value.strip()
-                cores.add((physical, core))
-    return max(1, min(available, len(cores) or available))
-
-
-def _n_ctx_train(path: Path) -> int:
-    """The training context length (``{architecture}.context_length``) from the GGUF header, read with a
-    vocabulary-only load (no weights). ``llama_model_n_ctx_train`` is 0 on such a load, so the key is read.
-
-    Raises:
-        ModelLoadError: the header cannot be read, or it has no context length.
-    """
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    try:
-        model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
-    except ValueError as exc:
-        raise ModelLoadError(path, str(exc)) from exc
-    try:
-        metadata = model.metadata()
-    finally:
-        model.close()
-    key = f"{metadata.get('general.architecture')}.context_length"
-    if not str(metadata.get(key, "")).isdigit() or int(metadata[key]) < 1:
-        raise ModelLoadError(path, f"the GGUF header has no {key}; pass n_ctx")
-    return int(metadata[key])
-
-
-def check_gguf_file(path: Path) -> None:
-    """Fail early, with the path, on a file that is missing, empty or not GGUF.
-
-    Raises:
-        ModelNotFoundError: no such file.
-        ModelLoadError: not a GGUF file (wrong magic) or empty.
-    """
-    if not path.is_file():
-        raise ModelNotFoundError(str(path), "no such file")
-    with path.open("rb") as handle:
-        magic = handle.read(4)
-    if magic != GGUF_MAGIC:
-        raise ModelLoadError(path, f"not a GGUF file (first bytes {magic!r}, expected {GGUF_MAGIC!r})")
-
-
 class LlamaCppEngine:
     """llama.cpp in-process through llama-cpp-python, with exact text and KV-cache reuse figures.
 
     Args:
-        model_path: a local GGUF file (see ``venus_edge.models.resolve_model`` for hub repos).
+        model_path: a local GGUF file (see ``venus_edge.engines.models.resolve_model`` for hub repos).
         n_ctx: context window in tokens; default: the memory planner's choice for the RAM available
-            (``venus_edge.context.plan_memory``): ``min(n_ctx_train, 32768)`` when it fits, less when not.
+            (``venus_edge.memory.plan_memory``): ``min(n_ctx_train, 32768)`` when it fits, less when not.
         n_threads: decode threads; default the physical cores.
         n_batch: prompt tokens evaluated per llama.cpp batch.
         seed: sampling seed; two engines with the same seed, model and prompts give the same text.
@@ -326,9 +86,9 @@ class LlamaCppEngine:
             given, settings that do not fit are refused only when this is given.
         helper_n_ctx: context window in tokens of the second context that ``complete`` uses (``visit``'s
             evidence and summary), allocated on the first ``complete``; default 8192.
-        prompt_cache_dir: a folder for the persistent prompt cache (``venus_edge.prompt_cache``): the KV state of
-            the system prompt up to its date line is saved there and restored by the next engine on this model;
-            default None (off). The CLI uses ``default_prompt_cache_dir()``.
+        prompt_cache_dir: a folder for the persistent prompt cache (``venus_edge.engines.prompt_cache``): the KV
+            state of the system prompt up to its date line is saved there and restored by the next engine on this
+            model; default None (off). The CLI uses ``default_prompt_cache_dir()``.
 
     Raises:
         ModelNotFoundError: no file at ``model_path``.
@@ -356,7 +116,7 @@ class LlamaCppEngine:
         threads = n_threads or physical_cores()
         if kv_cache_f32 and kv_type not in (None, "f32"):
             raise ValueError(f"kv_cache_f32=True asks for an f32 KV cache, kv_type={kv_type!r} for another; pass one")
-        #: The settings this engine loaded with and their memory (``venus_edge.context.MemoryPlan``).
+        #: The settings this engine loaded with and their memory (``venus_edge.memory.MemoryPlan``).
         self.memory_plan: MemoryPlan = engine_plan(
             read_model_header(self.model_path), n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else kv_type,
             flash_attn=flash_attn, ram_bytes=ram_bytes, n_threads=threads, n_batch=n_batch, helper_n_ctx=helper_n_ctx)
@@ -475,7 +235,7 @@ class LlamaCppEngine:
             "path": str(self.model_path),
             "name": meta.get("general.name", self.model_path.stem),
             "architecture": meta.get("general.architecture"),
-            "file_type": _FILE_TYPES.get(int(meta.get("general.file_type", -1)), meta.get("general.file_type")),
+            "file_type": FILE_TYPES.get(int(meta.get("general.file_type", -1)), meta.get("general.file_type")),
             "size_bytes": self.model_path.stat().st_size,
             "n_params": self._llm._model.n_params(),
             "n_ctx": self.n_ctx,
@@ -510,10 +270,6 @@ class LlamaCppEngine:
     def _check_open(self) -> None:
         if self._closed:
             raise EngineStateError(f"engine for {self.model_path} is closed; create a new LlamaCppEngine")
-
-
-# llama.cpp's LLAMA_FTYPE values for the types this project produces (llama.h, enum llama_ftype).
-_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 15: "Q4_K_M", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
 
 
 class _HelperContext:
@@ -592,9 +348,7 @@ def _run_generation(
     Prompt tokens are never in it: llama.cpp's sampler only sees the tokens it samples.
     """
     prompt_ids = list(prompt_ids)
-    room = _n_ctx(llm) - len(prompt_ids)
-    if room < 1 or not prompt_ids:
-        raise ContextOverflowError(len(prompt_ids), _n_ctx(llm), "raise n_ctx or use the force-answer policy")
+    room = room_left(len(prompt_ids), _n_ctx(llm))
     reused = _reused_prefix(llm, prompt_ids)
     max_tokens = min(sampling.max_tokens, room)
     compiled = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
@@ -656,69 +410,3 @@ def _token_logprob(llm: llama_cpp.Llama, token: int) -> float:
     return float(logits[token]) - top - math.log(float(np.exp(logits - top, dtype=np.float64).sum()))
 
 
-@dataclass
-class StopStream:
-    """Accumulates decoded text, finds text stop strings, and streams only text that cannot start one; every
-    engine's decode loop feeds its pieces through one (``Engine``'s stop semantics).
-
-    An occurrence that ``accept`` rejects (given the text before it) is text; it is judged once. When ``on_text``
-    raises ``GenerationCancelled`` the stream is ``cancelled``: ``feed`` returns True (end the generation), nothing
-    more is passed on, and ``text`` ends with the last piece ``on_text`` took.
-    """
-
-    stops: Sequence[str]
-    on_text: TokenCallback | None
-    accept: StopTextRule | None = None
-    text: str = ""
-    emitted: int = 0
-    stop_hit: str | None = None
-    cancelled: bool = False
-    _longest: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        self._longest = max((len(s) for s in self.stops), default=0)
-
-    def feed(self, piece: str) -> bool:
-        """Add text; return True when a stop string has been met (the text is then cut before it)."""
-        before = len(self.text)
-        self.text += piece
-        # Occurrences that end in the new piece; older ones were judged already.
-        hits = sorted(
-            (pos, stop)
-            for stop in self.stops
-            for pos in _occurrences(self.text, stop, max(0, before - len(stop) + 1))
-        )
-        for pos, stop in hits:
-            if self.accept is None or self.accept(self.text[:pos]):
-                self.stop_hit, self.text = stop, self.text[:pos]
-                self.flush()
-                return True
-        held = max((n for s in self.stops for n in range(len(s) - 1, 0, -1) if self.text.endswith(s[:n])), default=0)
-        self._emit(len(self.text) - held)
-        return self.cancelled
-
-    @property
-    def finish_reason(self) -> FinishReason:
-        """Why ``feed`` returned True: ``cancelled`` or ``stop``."""
-        return "cancelled" if self.cancelled else "stop"
-
-    def flush(self) -> None:
-        self._emit(len(self.text))
-
-    def _emit(self, upto: int) -> None:
-        if upto > self.emitted:
-            if self.on_text is not None and not self.cancelled:
-                try:
-                    self.on_text(self.text[self.emitted: upto])
-                except GenerationCancelled:  # the text ends with what the consumer took
-                    self.cancelled, self.text = True, self.text[: self.emitted]
-                    return
-            self.emitted = upto
-
-
-def _occurrences(text: str, needle: str, start: int) -> list[int]:
-    positions = []
-    while (pos := text.find(needle, start)) != -1:
-        positions.append(pos)
-        start = pos + 1
-    return positions

@@ -1,14 +1,14 @@
 """Presets: what the memory planner chooses for DR-Venus-4B at common quant types and RAM budgets (the README's
 table, generated here so that it changes with the planner; ``tests/test_plan.py`` checks the README holds it).
 
-    python -c "from venus_edge.context import presets_table; print(presets_table())"
+    python -c "from venus_edge.memory import presets_table; print(presets_table())"
 """
 
 from __future__ import annotations
 
-from venus_edge.context.header import ModelHeader
-from venus_edge.context.plan import format_bytes, header_from_dims, plan_memory
 from venus_edge.errors import MemoryPlanError
+from venus_edge.memory.header import ModelHeader
+from venus_edge.memory.plan import format_bytes, header_from_dims, plan_memory
 
 __all__ = ["PRESET_QUANTS", "dr_venus_4b_header", "presets_table"]
 

@@ -1,19 +1,24 @@
-"""The facts a memory plan needs from a GGUF file's header, read with the standard library only.
+"""The project's one GGUF header reader, standard library only: the facts a memory plan needs (``ModelHeader``),
+and the header as stored (``GGUFHeader``) for ``venus_edge.quantize``'s checks and ``inspect``.
 
 The runtime may not import ``gguf`` (the quantize extra) or load the weights to learn a model's shape, so this
 module walks the header itself: magic, version, tensor count, metadata key/values, tensor infos, and the data
 offset (``general.alignment``). The layout is GGUF v2/v3 as written by ``gguf.GGUFWriter``
 (gguf-py/gguf/gguf_writer.py) and read by llama.cpp's ``gguf_init_from_file`` (ggml/src/gguf.cpp). Tensor data is
-never read; its size is computed from the tensor infos and checked against the file size.
+never read; its size is computed from the tensor infos and checked against the file size. ``gguf.GGUFReader``
+reads the same header in about 7 s for the 151,936-token Qwen vocabulary on a 2-core machine (it builds a numpy
+view per string); this reader takes well under a second, and a test checks the two agree.
 
 Usage::
 
     header = read_model_header("DR-Venus-4B-RL-Q4_K_M.gguf")
     header.n_layer, header.n_head_kv, header.head_dim_k, header.weight_bytes   # 36, 8, 128, 2_497_281_024
+    stored = read_gguf_header("model.gguf", decode_strings=True)   # metadata, tensor infos, data offset
 
 Departures from llama.cpp's reader:
 1. Arrays of strings (the vocabulary, the merges) are walked, not decoded: their value is a ``StringArray``
-   that holds only the length. Reading 150k token strings would take longer than everything else together.
+   that holds only the length (``read_gguf_header(..., decode_strings=True)`` decodes them). Reading 150k token
+   strings would take longer than everything else together.
 2. A per-layer KV-head array (``head_count_kv`` as an array, as some architectures write it) is reduced to its
    largest value, so a plan over-counts the KV cache of such models rather than under-counting it.
 """
@@ -29,7 +34,8 @@ from typing import Any, Mapping
 
 from venus_edge.errors import ModelLoadError, ModelNotFoundError
 
-__all__ = ["ModelHeader", "StringArray", "TensorInfo", "read_model_header"]
+__all__ = ["GGUFHeader", "ModelHeader", "StringArray", "TensorInfo", "check_gguf_file", "read_gguf_header",
+           "read_model_header"]
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
@@ -63,6 +69,9 @@ class StringArray:
     """A metadata array of strings that was walked but not decoded (the vocabulary, the merges)."""
 
     length: int
+
+    def __len__(self) -> int:
+        return self.length
 
 
 @dataclass(frozen=True)
@@ -132,8 +141,8 @@ class ModelHeader:
 class _Cursor:
     """Little-endian reads from a buffer; running past its end is a truncated header."""
 
-    def __init__(self, buffer: memoryview, path: Path) -> None:
-        self.buffer, self.position, self.path = buffer, 0, path
+    def __init__(self, buffer: memoryview, path: Path, decode_strings: bool) -> None:
+        self.buffer, self.position, self.path, self.decode_strings = buffer, 0, path, decode_strings
 
     def take(self, n_bytes: int) -> memoryview:
         end = self.position + n_bytes
@@ -171,7 +180,7 @@ class _Cursor:
             item_format = _SCALAR_FORMATS[item_type]
             raw = self.take(count * struct.calcsize(item_format))
             return tuple(item for (item,) in struct.iter_unpack(item_format, raw))
-        if item_type == _STRING:
+        if item_type == _STRING and not self.decode_strings:
             for _ in range(count):
                 self.take(self.scalar("<Q"))
             return StringArray(count)
@@ -208,12 +217,51 @@ def _tensor_bytes(shape: tuple[int, ...], ggml_type: int) -> int:
     return math.prod(shape) // block * type_bytes
 
 
-def _parse(buffer: memoryview, path: Path) -> tuple[dict[str, Any], list[TensorInfo], int]:
-    """Metadata, tensor infos and the data offset of a GGUF buffer (gguf-py/gguf/gguf_reader.py's layout)."""
-    cursor = _Cursor(buffer, path)
-    magic = bytes(cursor.take(4))
+def _check_magic(magic: bytes, path: Path) -> None:
+    """The one GGUF magic check (``gguf_init_from_file`` in ggml/src/gguf.cpp reads the same four bytes)."""
     if magic != GGUF_MAGIC:
-        raise ModelLoadError(path, f"not a GGUF file (first bytes {magic!r}, expected {GGUF_MAGIC!r})")
+        raise ModelLoadError(path, f"not a GGUF file: magic is {magic!r}, expected {GGUF_MAGIC!r}")
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail early, with the path, on a file that is missing, empty or not GGUF (its first four bytes only).
+
+    Raises:
+        ModelNotFoundError: no such file.
+        ModelLoadError: not a GGUF file (wrong magic) or empty.
+    """
+    if not path.is_file():
+        raise ModelNotFoundError(str(path), "no such file")
+    with path.open("rb") as handle:
+        _check_magic(handle.read(4), path)
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """A GGUF file's header as stored (``read_gguf_header``).
+
+    Attributes:
+        path: the file read.
+        version: the GGUF version (2 or 3).
+        metadata: every key/value of the header: numeric arrays as tuples, string arrays as tuples of strings
+            when decoded, else as ``StringArray``.
+        tensors: the tensor infos, in file order.
+        data_offset: bytes from the start of the file to the first tensor's data (``general.alignment``).
+        file_size_bytes: the size of the file.
+    """
+
+    path: Path
+    version: int
+    metadata: Mapping[str, Any] = field(repr=False)
+    tensors: tuple[TensorInfo, ...] = field(repr=False)
+    data_offset: int
+    file_size_bytes: int
+
+
+def _parse(buffer: memoryview, path: Path, decode_strings: bool) -> GGUFHeader:
+    """The header of a GGUF buffer (gguf-py/gguf/gguf_reader.py's layout)."""
+    cursor = _Cursor(buffer, path, decode_strings)
+    _check_magic(bytes(cursor.take(4)), path)
     version = cursor.scalar("<I")
     if version not in (2, 3):
         raise ModelLoadError(path, f"GGUF version {version} is not supported (expected 2 or 3)")
@@ -235,23 +283,29 @@ def _parse(buffer: memoryview, path: Path) -> tuple[dict[str, Any], list[TensorI
     if not isinstance(alignment, int) or alignment < 1:
         raise ModelLoadError(path, f"corrupt GGUF header: general.alignment is {alignment!r}")
     data_offset = -(-cursor.position // alignment) * alignment
-    return metadata, tensors, data_offset
+    return GGUFHeader(path, version, metadata, tuple(tensors), data_offset, len(buffer))
 
 
-def _weight_bytes(tensors: list[TensorInfo], data_offset: int, file_size: int, path: Path) -> int:
-    """Bytes of tensor data, from the tensor infos; checks that the file holds them all.
+def _sizes_known(header: GGUFHeader) -> bool:
+    """False when a tensor has a type missing from ``GGML_BLOCK_SIZES`` (a type newer than this table)."""
+    return all(t.n_bytes >= 0 for t in header.tensors)
 
-    A tensor of a type missing from ``GGML_BLOCK_SIZES`` (a type newer than this table) makes the size the
-    data offset to the file end instead.
-    """
-    if any(t.n_bytes < 0 for t in tensors):
-        return max(0, file_size - data_offset)
-    if tensors:
-        last = max(tensors, key=lambda t: t.offset + t.n_bytes)
-        if data_offset + last.offset + last.n_bytes > file_size:
-            raise ModelLoadError(path, f"truncated GGUF file: tensor {last.name} ends at byte "
-                                       f"{data_offset + last.offset + last.n_bytes:,}, the file has {file_size:,}")
-    return sum(t.n_bytes for t in tensors)
+
+def _check_data_present(header: GGUFHeader) -> None:
+    """The file holds all the tensor data its header promises (when the sizes are known)."""
+    if header.tensors and _sizes_known(header):
+        last = max(header.tensors, key=lambda t: t.offset + t.n_bytes)
+        end = header.data_offset + last.offset + last.n_bytes
+        if end > header.file_size_bytes:
+            raise ModelLoadError(header.path, f"truncated GGUF file: tensor {last.name} ends at byte {end:,}, the "
+                                              f"file has {header.file_size_bytes:,}")
+
+
+def _weight_bytes(header: GGUFHeader) -> int:
+    """Bytes of tensor data, from the tensor infos; with a tensor of unknown size, the data offset to the file end."""
+    if not _sizes_known(header):
+        return max(0, header.file_size_bytes - header.data_offset)
+    return sum(t.n_bytes for t in header.tensors)
 
 
 def _largest(value: Any) -> Any:
@@ -298,6 +352,40 @@ def _header_from_metadata(metadata: Mapping[str, Any], tensors: list[TensorInfo]
     )
 
 
+def read_gguf_header(path: str | Path, *, decode_strings: bool = False) -> GGUFHeader:
+    """Read a GGUF file's header (not its tensor data) and check that the tensor data it promises is there.
+
+    Args:
+        path: a local GGUF file.
+        decode_strings: decode arrays of strings (the vocabulary, the merges) into tuples of strings instead of
+            walking them (departure 1).
+
+    Raises:
+        ModelNotFoundError: no such file.
+        ModelLoadError: empty, not GGUF, an unsupported version, a corrupt or truncated header, or tensor data
+            shorter than the header promises. The message names the path.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFoundError(str(path), "no such file")
+    try:
+        with path.open("rb") as handle:
+            if path.stat().st_size == 0:
+                raise ModelLoadError(path, "the file is empty (0 bytes)")
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    header = _parse(view, path, decode_strings)
+                finally:
+                    view.release()
+    except OSError as exc:
+        raise ModelLoadError(path, f"{type(exc).__name__}: {exc}") from exc
+    except (struct.error, OverflowError, MemoryError, ValueError) as exc:
+        raise ModelLoadError(path, f"corrupt GGUF header ({type(exc).__name__}: {exc})") from exc
+    _check_data_present(header)
+    return header
+
+
 def read_model_header(path: str | Path) -> ModelHeader:
     """Read a GGUF file's header (not its tensor data) into a ``ModelHeader``.
 
@@ -310,22 +398,5 @@ def read_model_header(path: str | Path) -> ModelHeader:
             shorter than the header promises, or a header without the dimensions a plan needs. The message
             names the path.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelNotFoundError(str(path), "no such file")
-    try:
-        with path.open("rb") as handle:
-            size = path.stat().st_size
-            if size == 0:
-                raise ModelLoadError(path, "the file is empty (0 bytes)")
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                view = memoryview(mapped)
-                try:
-                    metadata, tensors, data_offset = _parse(view, path)
-                finally:
-                    view.release()
-    except OSError as exc:
-        raise ModelLoadError(path, f"{type(exc).__name__}: {exc}") from exc
-    except (struct.error, OverflowError, MemoryError, ValueError) as exc:
-        raise ModelLoadError(path, f"corrupt GGUF header ({type(exc).__name__}: {exc})") from exc
-    return _header_from_metadata(metadata, tensors, _weight_bytes(tensors, data_offset, size, path), path)
+    header = read_gguf_header(path)
+    return _header_from_metadata(header.metadata, list(header.tensors), _weight_bytes(header), header.path)

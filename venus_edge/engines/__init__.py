@@ -1,0 +1,41 @@
+"""The engines: everything that turns token ids into text, behind one ``Engine`` protocol.
+
+- ``base``: the ``Engine`` protocol, ``SamplingParams``, ``Completion``, ``GenerationStats``, ``StopStream``,
+  ``stream_generation``, the room check and the ``TextCompleter`` ability; loads no backend.
+- ``llama_cpp``: ``LlamaCppEngine``, llama.cpp in-process; ``batched``: ``BatchedLlamaCppEngine``, several
+  sequences on one context; ``openai``: ``OpenAIEngine``, an OpenAI-compatible server.
+- ``prompt_cache`` (the system prompt's KV state on disk), ``vocab`` (exact text of llama.cpp tokens) and
+  ``models`` (a local path or a hub repo to a GGUF file).
+
+Every name a module of this package lists in its ``__all__`` is exported here (and at the package root), loaded on
+first use: ``import venus_edge.engines.base`` must not load llama.cpp.
+"""
+
+import importlib as _importlib
+from typing import Any as _Any
+
+_MODULE_EXPORTS = {
+    "base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
+             "stream_generation"),
+    "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
+    "llama_cpp": ("LlamaCppEngine",),
+    "models": ("resolve_model",),
+    "openai": ("OpenAIEngine",),
+    "prompt_cache": ("PromptCache", "PromptCacheCounts", "default_prompt_cache_dir", "stable_prefix_length"),
+    "vocab": ("Vocabulary",),
+}
+_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'venus_edge.engines' has no attribute {name!r}")
+    return getattr(_importlib.import_module(f"venus_edge.engines.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS)
