@@ -222,6 +222,35 @@ def test_a_model_turn_quoting_a_page_cannot_close_its_message(tiny_engine):
     assert engine.prompt_ids.count(im_end) == 4
 
 
+def test_a_rewritten_turn_keeps_its_sampled_ids_up_to_the_first_change(tiny_engine):
+    """A turn the loop rewrites (a tool call cut before ``</tool_call>``, closed in the canonical form) keeps the ids
+    it was sampled as for the text the rewrite left unchanged, so the KV cache is reused up to the first changed
+    token; the rest is tokenized afresh. The sampled ids here spell ``</think>`` as text pieces, which a fresh
+    tokenization would not, so a re-tokenized turn cannot pass."""
+    from venus_edge.agent import Agent
+    from venus_edge.testing import answer_turn
+
+    turn = 'Look it up.\n</think>\n\n<tool_call>\n{"name": "visit", "arguments": {"url": ["u"], "goal": "g"}}'
+    engine = _scripted_on(tiny_engine, [turn, answer_turn("done")])
+    prompts: list[list[int]] = []
+    generate = engine.generate
+
+    def recording(prompt_ids, **kwargs):
+        prompts.append(list(prompt_ids))
+        return generate(prompt_ids, **kwargs)
+
+    engine.generate = recording
+    result = Agent(engine, [_HostilePage()]).run("q")
+    rewritten = result.messages[2]["content"].removeprefix("<think>\n")  # the generation prompt opened it
+    assert rewritten != turn and "</tool_call>" in rewritten, rewritten
+    sampled = tiny_engine.tokenize(turn, parse_special=False)
+    kept = max(k for k in range(len(sampled) + 1) if rewritten.startswith(tiny_engine.detokenize(sampled[:k])))
+    assert kept > 0
+    first, second = prompts
+    assert second[: len(first) + kept] == first + sampled[:kept]
+    assert tiny_engine.detokenize(second[len(first):]).startswith(rewritten)
+
+
 def test_agent_prompt_ids_equal_the_hf_tokenizer_ids_of_the_conversation(tiny_engine, hf_tokenizer):
     """Tokenizing the ChatML markup and the contents apart gives the very ids of the whole rendered text."""
     from venus_edge.agent import Agent

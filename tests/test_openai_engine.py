@@ -119,17 +119,44 @@ def test_concurrent_requests_use_the_servers_slots(engine):
 
 
 @pytest.mark.slow
-def test_an_agent_session_on_the_server_evaluates_each_prompt_token_once(engine, docs_corpus, tmp_path):
-    """The prefix the server keeps is reused turn after turn: a turn evaluates only what the last one added."""
+def test_an_agent_session_on_the_server_evaluates_each_prompt_token_once(engine, local, docs_corpus, tmp_path):
+    """The prefix the server keeps is reused turn after turn: a turn evaluates only the tokens of its prompt that
+    differ from what the server holds (the last prompt and the ids it sampled). A turn the loop keeps as sampled is
+    held whole; a turn it rewrote (cut at max_tokens, then closed) keeps its sampled ids up to the first changed
+    character. Holds for any text the model samples: the expected prefix is computed from the prompts sent."""
+    calls: list[tuple[list[int], Any]] = []
+    generate = engine.generate
+
+    def recording(prompt_ids, **kwargs):
+        completion = generate(prompt_ids, **kwargs)
+        calls.append((list(prompt_ids), completion))
+        return completion
+
     config = AgentConfig(strict=True, min_tool_calls=2, max_turns=3, sampling=SamplingParams(max_tokens=200))
-    result = Agent(engine, default_tools([docs_corpus]), config=config, trajectory_path=tmp_path / "t.jsonl").run(
-        "When was the tomllib module added to Python?")
-    assert result.termination in ("answered", "answered_max_steps"), result.termination
-    turns = read_journal(tmp_path / "t.jsonl").trajectories[0].turns
-    assert len(turns) >= 3
-    for previous, turn in zip(turns, turns[1:]):
-        new = turn.stats["prompt_tokens"] - previous.stats["prompt_tokens"] - len(previous.token_ids)
-        assert 0 < turn.stats["prompt_tokens_evaluated"] <= new + 1, (turn.index, turn.stats, new)
+    agent = Agent(engine, default_tools([docs_corpus]), config=config, trajectory_path=tmp_path / "t.jsonl")
+    engine.generate = recording
+    try:
+        result = agent.run("When was the tomllib module added to Python?")
+    finally:
+        del engine.generate
+    contents = {tuple(turn.token_ids): turn.content for turn in read_journal(tmp_path / "t.jsonl").trajectories[0].turns}
+    assert len(contents) >= 3, result.termination
+    checked = 0
+    for (prompt, completion), (following, reply) in zip(calls, calls[1:]):
+        history = contents.get(tuple(completion.token_ids))
+        if history is None:  # a retried attempt: the next prompt is the same one
+            continue
+        held = prompt + list(completion.token_ids)
+        shared = next((i for i, (a, b) in enumerate(zip(held, following)) if a != b), min(len(held), len(following)))
+        kept = max(k for k in range(len(completion.token_ids) + 1)
+                   if history.startswith(local.detokenize(completion.token_ids[:k])))
+        assert shared >= len(prompt) + kept, (shared, len(prompt), kept)
+        if history == completion.text:
+            assert shared == len(held), "a turn kept as sampled must be held whole"
+        evaluated = reply.stats.prompt_tokens_evaluated
+        assert 0 < evaluated <= len(following) - shared + 1, (evaluated, len(following), shared)
+        checked += 1
+    assert checked >= 2
 
 
 class FlakyProxy:

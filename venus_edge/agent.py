@@ -866,9 +866,11 @@ class _Session:
     def _segment_ids(self, index: int, part: str, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """Token ids of message ``index`` of ``messages`` rendered as ``part``.
 
-        A sampled turn in canonical form keeps its sampled ids; any other message goes through
-        ``protocol.tokenize_message``, so control-token text in a content (a page in an observation, a model
-        turn quoting it) cannot close the message.
+        A sampled turn in canonical form keeps its sampled ids; a sampled turn the loop rewrote (a turn cut at
+        ``max_tokens`` and closed, a non-canonical one re-rendered) keeps the sampled ids of the longest prefix
+        that the rewrite left unchanged, so the KV cache holds up to the first changed token; any other message
+        goes through ``protocol.tokenize_message``, so control-token text in a content (a page in an observation,
+        a model turn quoting it) cannot close the message.
         """
         tokenize = self.engine.tokenize
         sampled = self._sampled.get(index)
@@ -876,12 +878,29 @@ class _Session:
         if sampled is not None:
             if part == head + sampled.text + tail and self.engine.detokenize(sampled.token_ids) == sampled.text:
                 return tokenize(head) + sampled.token_ids + tokenize(tail)
+            if part.startswith(head) and part.endswith(tail) and (kept := self._kept_prefix(sampled, part[len(
+                    head):-len(tail)])):
+                text = self.engine.detokenize(sampled.token_ids[:kept])
+                rest = part[len(head) + len(text):-len(tail)]
+                return tokenize(head) + sampled.token_ids[:kept] + protocol.tokenize_message(tokenize, "", rest, tail)
         message = messages[index] if index < len(messages) else None
         if message is not None and message["role"] != "system":
             head = f"{protocol.IM_START}{message['role']}\n"
             if part.startswith(head) and part.endswith(tail):
                 return protocol.tokenize_message(tokenize, head, part[len(head) : -len(tail)], tail)
         return tokenize(part)
+
+    def _kept_prefix(self, sampled: _Sampled, content: str) -> int:
+        """How many of ``sampled``'s ids detokenize to a prefix of ``content`` (the turn as rewritten): a binary
+        search, as each probe is a detokenize call (a request, on a model server). 0 when none do."""
+        low, high = 0, len(sampled.token_ids)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if content.startswith(self.engine.detokenize(sampled.token_ids[:middle])):
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
     def _count(self, completion: Completion) -> None:
         stats = completion.stats
