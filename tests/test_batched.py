@@ -21,8 +21,8 @@ CHAT = "<|im_start|>user\nWrite a short story about a robot learning to paint.<|
 
 
 @pytest.fixture(scope="module")
-def batched(smollm2_gguf):
-    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=4, n_ctx=4 * 1024)
+def batched(smollm2_gguf, real_model_run):
+    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=4, n_ctx=4 * 1024, **real_model_run.thread_args())
     yield engine
     engine.close()
 
@@ -32,11 +32,11 @@ def together(calls):
         return list(pool.map(lambda call: call(), calls))
 
 
-def test_greedy_sequences_decode_what_the_single_engine_decodes(batched, smollm2_gguf):
+def test_greedy_sequences_decode_what_the_single_engine_decodes(batched, smollm2_gguf, real_model_run):
     """Batched numerics differ from one sequence's (the matmuls see 4 rows), so greedy paths may part at a
     near-tie after a while; the first tokens and the first token's log-probability are the single engine's."""
     greedy = dataclasses.replace(GREEDY, max_tokens=24, logprobs=True)
-    with LlamaCppEngine(smollm2_gguf, n_ctx=1024) as single:
+    with LlamaCppEngine(smollm2_gguf, n_ctx=1024, **real_model_run.engine_args()) as single:
         prompt = single.tokenize(CHAT)
         reference = single.generate(prompt, sampling=greedy)
     outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=greedy) for s in range(4)])
@@ -64,15 +64,18 @@ def test_a_sequence_reuses_its_own_prefix_across_turns(batched):
     assert second.stats.prompt_tokens_evaluated == len(suffix) + 1, second.stats
 
 
-def test_each_sequence_samples_with_its_own_seed(batched):
+def test_each_sequence_samples_with_its_own_seed(batched, real_model_run):
     """Different seeds in one batch, different texts (64 tokens drawn at temperature 1 from the top 20: two seeds
     agreeing on all of them is vanishingly unlikely); the same seed in the same batch shape, the same text. (Which
     requests share a batch changes float rounding, so a seed reproduces a text only in the same batch shape.)"""
     prompt = batched.tokenize(CHAT)
     sampling = SamplingParams(max_tokens=64, presence_penalty=0.0)
-    outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=sampling, seed=s) for s in range(4)])
+    seeds = [real_model_run.seed(s) for s in range(4)]
+    outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=sampling, seed=seeds[s])
+                        for s in range(4)])
     assert len({o.text for o in outputs}) == 4
-    alone = [batched.sequence(2).generate(prompt, sampling=sampling, seed=11).text for _ in range(2)]
+    alone = [batched.sequence(2).generate(prompt, sampling=sampling, seed=real_model_run.seed(11)).text
+             for _ in range(2)]
     assert alone[0] == alone[1]
 
 
@@ -111,12 +114,12 @@ def test_limits_and_lifecycle(smollm2_gguf):
 
 
 @pytest.mark.slow
-def test_research_samples_run_together_and_aggregate(smollm2_gguf, docs_corpus, tmp_path, capsys):
+def test_research_samples_run_together_and_aggregate(smollm2_gguf, docs_corpus, tmp_path, capsys, real_model_run):
     out = tmp_path / "samples.jsonl"
     code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
                  "--corpus", str(docs_corpus), "--strict", "--min-tool-calls", "1", "--max-turns", "1",
                  "--max-tokens", "200", "--n-ctx", "4096", "--samples", "3", "--aggregate", "majority",
-                 "--out", str(out), "--json", "--quiet"])
+                 "--out", str(out), "--json", "--quiet", *real_model_run.cli_args()])
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and payload["answer"] is not None and len(payload["samples"]) == 3
     assert payload["samples"][payload["chosen_sample"]]["answer"] == payload["answer"]

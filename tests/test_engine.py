@@ -25,8 +25,8 @@ MIXED_TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tiny_engine(tiny_qwen3_gguf):
-    engine = LlamaCppEngine(tiny_qwen3_gguf, n_ctx=2048)
+def tiny_engine(tiny_qwen3_gguf, real_model_run):
+    engine = LlamaCppEngine(tiny_qwen3_gguf, n_ctx=2048, **real_model_run.engine_args())
     yield engine
     engine.close()
 

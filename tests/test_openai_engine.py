@@ -35,8 +35,8 @@ def engine(llama_server: LlamaServer) -> Iterator[OpenAIEngine]:
 
 
 @pytest.fixture(scope="module")
-def local(smollm2_gguf) -> Iterator[LlamaCppEngine]:
-    with LlamaCppEngine(smollm2_gguf, n_ctx=2048) as local_engine:
+def local(smollm2_gguf, real_model_run) -> Iterator[LlamaCppEngine]:
+    with LlamaCppEngine(smollm2_gguf, n_ctx=2048, **real_model_run.engine_args()) as local_engine:
         yield local_engine
 
 
@@ -109,11 +109,12 @@ def test_the_stop_rules_are_the_engines_not_the_servers(engine):
     assert after.text == "x\n</think>\n\n<answer>\nB\n</answer>\n" and after.finish_reason == "stop"
 
 
-def test_concurrent_requests_use_the_servers_slots(engine):
+def test_concurrent_requests_use_the_servers_slots(engine, real_model_run):
     prompt = engine.tokenize(CHAT)
     sampling = SamplingParams(max_tokens=16)
     with ThreadPoolExecutor(2) as pool:
-        outputs = list(pool.map(lambda seed: engine.generate(prompt, sampling=sampling, seed=seed), (1, 2)))
+        outputs = list(pool.map(lambda seed: engine.generate(prompt, sampling=sampling, seed=real_model_run.seed(seed)),
+                                (1, 2)))
     assert all(o.token_ids for o in outputs)
 
 
@@ -214,11 +215,12 @@ class KillServer:
         return ToolResult("results")
 
 
-def test_a_server_that_dies_mid_session_ends_it_with_its_journal_whole(smollm2_gguf, tmp_path):
-    server = LlamaServer(smollm2_gguf, slots=1, n_ctx=4096)
+def test_a_server_that_dies_mid_session_ends_it_with_its_journal_whole(smollm2_gguf, tmp_path, real_model_run):
+    server = LlamaServer(smollm2_gguf, slots=1, n_ctx=4096, **real_model_run.thread_args())
     try:
         engine = OpenAIEngine(server.url, max_retries=2, backoff_s=0.01)
-        config = AgentConfig(strict=True, min_tool_calls=1, max_turns=3, sampling=SamplingParams(max_tokens=120))
+        config = AgentConfig(strict=True, min_tool_calls=1, max_turns=3, sampling=SamplingParams(max_tokens=120),
+                             seed=real_model_run.seed(0))
         agent = Agent(engine, [KillServer(server)], config=config, trajectory_path=tmp_path / "t.jsonl")
         events = list(_events(agent.events("What is the capital of France?")))
     finally:
@@ -239,12 +241,14 @@ def _events(stream: Any) -> Iterator[Any]:
             return
 
 
-def test_research_and_eval_run_on_the_server_from_the_cli(llama_server, docs_corpus, tmp_path, capsys):
+def test_research_and_eval_run_on_the_server_from_the_cli(llama_server, docs_corpus, tmp_path, capsys,
+                                                          real_model_run):
     from venus_edge.cli import main
     from venus_edge.eval.runner import RESULTS_FILE, read_rows
 
     common = ["--engine", "openai", "--base-url", llama_server.url, "--corpus", str(docs_corpus), "--strict",
-              "--min-tool-calls", "1", "--max-turns", "1", "--max-tokens", "120", "--quiet"]
+              "--min-tool-calls", "1", "--max-turns", "1", "--max-tokens", "120", "--quiet",
+              "--seed", str(real_model_run.seed(0))]
     code = main(["research", "When was tomllib added?", *common, "--out", str(tmp_path / "r.jsonl")])
     assert code in (0, 1), capsys.readouterr().err
     [session] = read_journal(tmp_path / "r.jsonl").trajectories

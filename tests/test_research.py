@@ -12,11 +12,11 @@ from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_trajectories
 
 
-def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_corpus, tmp_path, capsys):
+def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_corpus, tmp_path, capsys, real_model_run):
     out = tmp_path / "trajectories.jsonl"
     code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
                  "--corpus", str(docs_corpus), "--strict", "--min-tool-calls", "2", "--max-turns", "3",
-                 "--n-ctx", "8192", "--max-tokens", "400", "--out", str(out)])
+                 "--n-ctx", "8192", "--max-tokens", "400", "--out", str(out), *real_model_run.cli_args()])
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert stdout.startswith("Answer:\n") and "\nSources" in stdout and f"Trajectory: {out}" in stdout
@@ -32,10 +32,11 @@ def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_co
     assert trajectory.header["model"]["file_type"] == "Q4_1"
 
 
-def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, docs_corpus, tmp_path):
+def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, docs_corpus, tmp_path, real_model_run):
     journal = tmp_path / "tiny.jsonl"
-    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=4096) as engine:
-        config = AgentConfig(strict=True, min_tool_calls=2, max_turns=3, sampling=SamplingParams(max_tokens=300))
+    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=4096, **real_model_run.engine_args()) as engine:
+        config = AgentConfig(strict=True, min_tool_calls=2, max_turns=3, sampling=SamplingParams(max_tokens=300),
+                             seed=real_model_run.seed(0))
         result = Agent(engine, default_tools([docs_corpus]), config=config, trajectory_path=journal).run("tomllib?")
     assert result.termination in ("answered", "answered_max_steps"), result.termination
     turns = read_trajectories(journal)[0].turns
@@ -46,11 +47,13 @@ def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, do
         assert 0 < turn.stats["prompt_tokens_evaluated"] <= new + 1, (turn.index, turn.stats, new)
 
 
-def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, docs_corpus, tmp_path, capsys):
+def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, docs_corpus, tmp_path, capsys,
+                                                              real_model_run):
     """`--record DIR` then `--replay DIR` (no corpus given): same seed, same model, so the same calls, and every
     observation comes back byte for byte from the records."""
     common = ["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf), "--strict",
-              "--min-tool-calls", "1", "--max-turns", "1", "--n-ctx", "4096", "--max-tokens", "200", "--quiet"]
+              "--min-tool-calls", "1", "--max-turns", "1", "--n-ctx", "4096", "--max-tokens", "200", "--quiet",
+              *real_model_run.cli_args()]
     records = tmp_path / "records"
     assert main([*common, "--corpus", str(docs_corpus), "--record", str(records), "--out", str(tmp_path / "a.jsonl")]) == 0
     assert main([*common, "--replay", str(records), "--out", str(tmp_path / "b.jsonl")]) == 0, capsys.readouterr().err
