@@ -135,12 +135,12 @@ def test_limits_and_lifecycle(smollm2_gguf):
         engine.sequence(0).generate([1, 2, 3], sampling=GREEDY)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # --max-tokens 1200: no strict turn is cut, whatever is sampled (tests/test_research.py)
 def test_research_samples_run_together_and_aggregate(smollm2_gguf, docs_corpus, tmp_path, capsys, real_model_run):
     out = tmp_path / "samples.jsonl"
     code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
                  "--corpus", str(docs_corpus), "--strict", "--min-tool-calls", "1", "--max-turns", "1",
-                 "--max-tokens", "200", "--n-ctx", "4096", "--samples", "3", "--aggregate", "majority",
+                 "--max-tokens", "1200", "--n-ctx", "4096", "--samples", "3", "--aggregate", "majority",
                  "--out", str(out), "--json", "--quiet", *real_model_run.cli_args()])
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and payload["answer"] is not None and len(payload["samples"]) == 3

@@ -26,11 +26,13 @@ QUESTION = "When was the tomllib module added to Python?"
 CANCELLED_QUESTION = "What does os.path.join do?"
 
 
+# --max-tokens 1200: a strict turn (256 characters of reasoning, up to three strings of 100) is at most ~1,150
+# characters, so in ASCII no turn is cut by max_tokens whatever SmolLM2 writes (and each turn completes).
 def _command(model: Path, corpus: Path, journal: Path, run_args: list[str], *extra: str) -> list[str]:
     """``run_args``: the seed and threads of this run (``real_model_run.cli_args()``)."""
     return ["-m", "venus_edge.cli", "mcp", "--model", str(model), "--corpus", str(corpus), "--journal",
             str(journal), "--strict", "--min-tool-calls", "1", "--extractive-visit", "--max-turns", "3",
-            "--n-ctx", "4096", "--max-tokens", "256", "--threads", "1", "--no-prompt-cache",
+            "--n-ctx", "4096", "--max-tokens", "1200", "--threads", "1", "--no-prompt-cache",
             *run_args, *extra]
 
 

@@ -16,7 +16,9 @@ from venus_edge.cli import main
 from venus_edge.eval.runner import RESULTS_FILE, read_rows
 from venus_edge.trajectory import read_trajectories
 
-SESSION = ["--strict", "--min-tool-calls", "1", "--max-turns", "2", "--max-tokens", "200", "--quiet", "--no-plot"]
+# 1,200 new tokens a turn: a strict turn (256 characters of reasoning, up to three strings of 100) is at most ~1,150
+# characters, so in ASCII no turn is cut by max_tokens whatever SmolLM2 writes (and each turn completes).
+SESSION = ["--strict", "--min-tool-calls", "1", "--max-turns", "2", "--max-tokens", "1200", "--quiet", "--no-plot"]
 
 
 @pytest.mark.slow
