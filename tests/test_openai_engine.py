@@ -252,8 +252,7 @@ def test_research_and_eval_run_on_the_server_from_the_cli(llama_server, docs_cor
     from venus_edge.cli import main
     from venus_edge.eval.runner import RESULTS_FILE, read_rows
 
-    # 1,200 new tokens: no strict turn is cut (tests/test_research.py), none sampled again and again
-
+    # 1,200 new tokens a turn: no strict turn is cut (tests/test_research.py), so none is sampled again and again
     common = ["--engine", "openai", "--base-url", llama_server.url, "--corpus", str(docs_corpus), "--strict",
               "--min-tool-calls", "1", "--max-turns", "1", "--max-tokens", "1200", "--quiet",
               "--seed", str(real_model_run.seed(0))]

@@ -64,8 +64,7 @@ def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, doc
     observation comes back byte for byte from the records."""
     common = ["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf), "--strict",
               "--min-tool-calls", "1", "--max-turns", "1", "--n-ctx", "4096", "--max-tokens", STRICT_TURN_TOKENS,
-              "--quiet",
-              *real_model_run.cli_args()]
+              "--quiet", *real_model_run.cli_args()]
     records = tmp_path / "records"
     assert main([*common, "--corpus", str(docs_corpus), "--record", str(records), "--out", str(tmp_path / "a.jsonl")]) == 0
     assert main([*common, "--replay", str(records), "--out", str(tmp_path / "b.jsonl")]) == 0, capsys.readouterr().err
