@@ -1,13 +1,26 @@
 """Shared fixtures: real models (SmolLM2 from its PyPI package, a tiny Qwen3 built by our converter), the real
 Qwen3 chat template (from the llama-cpp-python source package), real documents (Debian's Python docs), and
-llama.cpp's own server as a process on 127.0.0.1."""
+llama.cpp's own server as a process on 127.0.0.1.
+
+A real-model test may not depend on the text the model happens to sample: another seed, CPU or thread count
+samples other text. Two environment variables rerun every real-model test on other draws (``real_model_run``):
+
+- ``VENUS_TEST_SEED`` (default 0) is added to each fixed seed: engine and CLI sampling seeds, and the seed of the
+  tiny Qwen3's random weights.
+- ``VENUS_TEST_THREADS`` (default: each engine's own, the physical cores; llama-server's 2) is the decode thread
+  count of every real-model engine, CLI session and llama-server.
+
+For example ``VENUS_TEST_SEED=2 VENUS_TEST_THREADS=1 .venv/bin/python -m pytest -m slow``.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -19,6 +32,49 @@ PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
 DOC_PAGES = ("library/tomllib.html", "library/pickle.html", "library/json.html", "library/datetime.html",
              "library/os.path.html", "whatsnew/3.11.html")
 QWEN3_TEMPLATE_MEMBER = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/Qwen-Qwen3-0.6B.jinja"
+
+
+@dataclass(frozen=True)
+class RealModelRun:
+    """The draw real-model tests run on: an offset added to every fixed seed, and the decode threads."""
+
+    seed_offset: int = 0
+    n_threads: int | None = None
+
+    @classmethod
+    def from_environment(cls) -> "RealModelRun":
+        threads = os.environ.get("VENUS_TEST_THREADS")
+        return cls(int(os.environ.get("VENUS_TEST_SEED", "0")), int(threads) if threads else None)
+
+    def seed(self, fixed: int = 0) -> int:
+        """The seed a test that names ``fixed`` runs with."""
+        return fixed + self.seed_offset
+
+    def thread_args(self) -> dict[str, Any]:
+        """Keyword arguments of ``BatchedLlamaCppEngine`` (whose seeds are per call) and ``LlamaServer``."""
+        return {} if self.n_threads is None else {"n_threads": self.n_threads}
+
+    def engine_args(self, seed: int = 0) -> dict[str, Any]:
+        """Keyword arguments of ``LlamaCppEngine``."""
+        return {"seed": self.seed(seed), **self.thread_args()}
+
+    def cli_args(self, seed: int = 0) -> list[str]:
+        """Flags of ``research``, ``eval``, ``serve`` and ``mcp``."""
+        threads = [] if self.n_threads is None else ["--threads", str(self.n_threads)]
+        return ["--seed", str(self.seed(seed)), *threads]
+
+
+REAL_MODEL_RUN = RealModelRun.from_environment()
+
+
+@pytest.fixture(scope="session")
+def real_model_run() -> RealModelRun:
+    """Seeds and threads of this run (``VENUS_TEST_SEED``, ``VENUS_TEST_THREADS``; see the module docstring)."""
+    return REAL_MODEL_RUN
+
+
+def pytest_report_header() -> str:
+    return f"real models: VENUS_TEST_SEED={REAL_MODEL_RUN.seed_offset} VENUS_TEST_THREADS={REAL_MODEL_RUN.n_threads}"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -36,8 +92,8 @@ def smollm2_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2_engine(smollm2_gguf: Path) -> Iterator[LlamaCppEngine]:
-    engine = LlamaCppEngine(smollm2_gguf, n_ctx=8192, seed=0)
+def smollm2_engine(smollm2_gguf: Path, real_model_run: RealModelRun) -> Iterator[LlamaCppEngine]:
+    engine = LlamaCppEngine(smollm2_gguf, n_ctx=8192, **real_model_run.engine_args(seed=0))
     yield engine
     engine.close()
 
@@ -56,12 +112,13 @@ def qwen3_thinking_template() -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_qwen3_gguf(tmp_path_factory: pytest.TempPathFactory, qwen3_thinking_template: str) -> Path:
+def tiny_qwen3_gguf(tmp_path_factory: pytest.TempPathFactory, qwen3_thinking_template: str,
+                    real_model_run: RealModelRun) -> Path:
     """A tiny random-weight Qwen3 with the real Qwen tokenizer and template, converted by our converter (F16)."""
     from venus_edge.quantize.tiny import build_tiny_qwen3_gguf
 
     return build_tiny_qwen3_gguf(tmp_path_factory.mktemp("runtime-tiny-qwen3"), "f16",
-                                 chat_template=qwen3_thinking_template)
+                                 chat_template=qwen3_thinking_template, seed=real_model_run.seed(0))
 
 
 @pytest.fixture(scope="session")
@@ -76,8 +133,8 @@ def docs_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama_server(smollm2_gguf: Path) -> Iterator[LlamaServer]:
+def llama_server(smollm2_gguf: Path, real_model_run: RealModelRun) -> Iterator[LlamaServer]:
     """A llama-server with SmolLM2 and two slots, for the whole session."""
-    server = LlamaServer(smollm2_gguf)
+    server = LlamaServer(smollm2_gguf, **real_model_run.thread_args())
     yield server
     server.stop()

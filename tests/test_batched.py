@@ -8,13 +8,15 @@ import dataclasses
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import llama_cpp
+import numpy as np
 import pytest
 
 from venus_edge import protocol
 from venus_edge.cli import main
 from venus_edge.engines.base import GREEDY, SamplingParams
 from venus_edge.engines.batched import BatchedLlamaCppEngine
-from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.engines.llama_cpp import LlamaCppEngine, off_main_thread
 from venus_edge.errors import ContextOverflowError, EngineStateError
 from venus_edge.trajectory import read_trajectories
 
@@ -22,8 +24,8 @@ CHAT = "<|im_start|>user\nWrite a short story about a robot learning to paint.<|
 
 
 @pytest.fixture(scope="module")
-def batched(smollm2_gguf):
-    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=4, n_ctx=4 * 1024)
+def batched(smollm2_gguf, real_model_run):
+    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=4, n_ctx=4 * 1024, **real_model_run.thread_args())
     yield engine
     engine.close()
 
@@ -33,17 +35,32 @@ def together(calls):
         return list(pool.map(lambda call: call(), calls))
 
 
+def _log_softmax_of_each_position(model, prompt: list[int], generated: list[int]) -> np.ndarray:
+    """(len(generated), n_vocab): the model's log-softmax before each generated token, from plain llama.cpp
+    evaluating ``prompt + generated`` in one pass (logits_all)."""
+    reference = llama_cpp.Llama(str(model), n_ctx=512, logits_all=True, verbose=False)
+    try:
+        off_main_thread(reference.eval, prompt + generated)
+        logits = np.array(reference.scores[len(prompt) - 1 : len(prompt) - 1 + len(generated)], np.float64)
+    finally:
+        reference.close()
+    logits -= logits.max(axis=1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+
+
 def test_greedy_sequences_decode_what_the_single_engine_decodes(batched, smollm2_gguf):
-    """Batched numerics differ from one sequence's (the matmuls see 4 rows), so greedy paths may part at a
-    near-tie after a while; the first tokens and the first token's log-probability are the single engine's."""
+    """Each sequence's tokens, whatever path it took, are the model's greedy choices with the model's log-probs,
+    checked against plain llama.cpp on the same ids. (Batched numerics differ from one sequence's: the matmuls see
+    4 rows, so greedy paths may part at a near-tie, at another step on another CPU; a near-tie is within 0.1.)"""
     greedy = dataclasses.replace(GREEDY, max_tokens=24, logprobs=True)
-    with LlamaCppEngine(smollm2_gguf, n_ctx=1024) as single:
-        prompt = single.tokenize(CHAT)
-        reference = single.generate(prompt, sampling=greedy)
+    prompt = batched.tokenize(CHAT)
     outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=greedy) for s in range(4)])
-    for output in outputs:
-        assert output.token_ids[:8] == reference.token_ids[:8], (output.text, reference.text)
-        assert output.logprobs[0] == pytest.approx(reference.logprobs[0], abs=1e-3)
+    for output in filter(lambda output: output.token_ids, outputs):
+        expected = _log_softmax_of_each_position(smollm2_gguf, prompt, output.token_ids)
+        chosen = expected[np.arange(len(output.token_ids)), output.token_ids]
+        assert np.all(chosen >= expected.max(axis=1) - 0.1), (output.text, chosen, expected.max(axis=1))
+        assert output.logprobs[0] == pytest.approx(chosen[0], abs=1e-3)  # the prompt's logits: one pass each
+        assert np.max(np.abs(np.exp(output.logprobs) - np.exp(chosen))) < 0.1, (output.logprobs, chosen)
 
 
 def test_the_shared_prompt_is_prefilled_once_and_copied(batched):
@@ -56,24 +73,31 @@ def test_the_shared_prompt_is_prefilled_once_and_copied(batched):
 
 
 def test_a_sequence_reuses_its_own_prefix_across_turns(batched):
+    """On a prompt of its own: a sequence copies the longest prefix any sequence holds, and another test's
+    sequences may hold this turn's greedy tokens too (or not, after a near-tie)."""
     sequence = batched.sequence(1)
-    prompt = batched.tokenize(CHAT)
+    prompt = batched.tokenize("<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n")
     first = sequence.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=8))
     suffix = batched.tokenize("<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n")
     second = sequence.generate(prompt + first.token_ids + suffix, sampling=dataclasses.replace(GREEDY, max_tokens=4))
-    # the last sampled token was never decoded (the turn ended on it): it and the new suffix are evaluated
-    assert second.stats.prompt_tokens_evaluated == len(suffix) + 1, second.stats
+    # a turn cut by max_tokens ends on a token that was sampled but never decoded: it and the new suffix are
+    # evaluated (a turn that ended on its end token decoded all of its tokens)
+    unevaluated = 1 if first.finish_reason == "length" else 0
+    assert second.stats.prompt_tokens_evaluated == len(suffix) + unevaluated, second.stats
 
 
-def test_each_sequence_samples_with_its_own_seed(batched):
+def test_each_sequence_samples_with_its_own_seed(batched, real_model_run):
     """Different seeds in one batch, different texts (64 tokens drawn at temperature 1 from the top 20: two seeds
     agreeing on all of them is vanishingly unlikely); the same seed in the same batch shape, the same text. (Which
     requests share a batch changes float rounding, so a seed reproduces a text only in the same batch shape.)"""
     prompt = batched.tokenize(CHAT)
     sampling = SamplingParams(max_tokens=64, presence_penalty=0.0)
-    outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=sampling, seed=s) for s in range(4)])
+    seeds = [real_model_run.seed(s) for s in range(4)]
+    outputs = together([lambda s=s: batched.sequence(s).generate(prompt, sampling=sampling, seed=seeds[s])
+                        for s in range(4)])
     assert len({o.text for o in outputs}) == 4
-    alone = [batched.sequence(2).generate(prompt, sampling=sampling, seed=11).text for _ in range(2)]
+    alone = [batched.sequence(2).generate(prompt, sampling=sampling, seed=real_model_run.seed(11)).text
+             for _ in range(2)]
     assert alone[0] == alone[1]
 
 
@@ -97,7 +121,8 @@ def test_a_bad_grammar_fails_its_request_only(batched):
     prompt = batched.tokenize(CHAT)
     with pytest.raises(ValueError, match="grammar"):
         batched.sequence(0).generate(prompt, grammar="root ::= (", sampling=dataclasses.replace(GREEDY, max_tokens=4))
-    assert batched.sequence(1).generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=4)).token_ids
+    other = batched.sequence(1).generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=4))
+    assert other.finish_reason in ("eog", "length") and other.stats.tokens_decoded >= 1
 
 
 def test_limits_and_lifecycle(smollm2_gguf):
@@ -111,13 +136,13 @@ def test_limits_and_lifecycle(smollm2_gguf):
         engine.sequence(0).generate([1, 2, 3], sampling=GREEDY)
 
 
-@pytest.mark.slow
-def test_research_samples_run_together_and_aggregate(smollm2_gguf, docs_corpus, tmp_path, capsys):
+@pytest.mark.slow  # --max-tokens 1200: no strict turn is cut, whatever is sampled (tests/test_research.py)
+def test_research_samples_run_together_and_aggregate(smollm2_gguf, docs_corpus, tmp_path, capsys, real_model_run):
     out = tmp_path / "samples.jsonl"
     code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
                  "--corpus", str(docs_corpus), "--strict", "--min-tool-calls", "1", "--max-turns", "1",
-                 "--max-tokens", "200", "--n-ctx", "4096", "--samples", "3", "--aggregate", "majority",
-                 "--out", str(out), "--json", "--quiet"])
+                 "--max-tokens", "1200", "--n-ctx", "4096", "--samples", "3", "--aggregate", "majority",
+                 "--out", str(out), "--json", "--quiet", *real_model_run.cli_args()])
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and payload["answer"] is not None and len(payload["samples"]) == 3
     assert payload["samples"][payload["chosen_sample"]]["answer"] == payload["answer"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ from venus_edge.bench import (
 from venus_edge.cli import main
 from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.quantize.quantize import quantize_gguf
+
+if TYPE_CHECKING:
+    from conftest import RealModelRun
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +81,11 @@ def test_bench_refuses_tests_that_do_not_fit_the_context(tiny_quants: list[Path]
     assert exited.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
-def test_the_shipped_session_replays_with_growing_kv_reuse(tiny_qwen3_gguf: Path) -> None:
+def test_the_shipped_session_replays_with_growing_kv_reuse(tiny_qwen3_gguf: Path, real_model_run: RealModelRun) -> None:
     session = load_session(shipped_session_path())
     assert len(session.turns) >= 3 and any(t.tool_call for t in session.turns)
-    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=8192, n_threads=2, helper_n_ctx=0) as engine:
+    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=8192, helper_n_ctx=0,
+                        **{"n_threads": 2, **real_model_run.engine_args()}) as engine:
         replay = replay_session(engine, session, max_tokens=4)
     turns = replay["turns"]
     assert len(turns) == len(session.turns)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import unicodedata
 from pathlib import Path
 
@@ -26,8 +27,8 @@ MIXED_TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tiny_engine(tiny_qwen3_gguf):
-    engine = LlamaCppEngine(tiny_qwen3_gguf, n_ctx=2048)
+def tiny_engine(tiny_qwen3_gguf, real_model_run):
+    engine = LlamaCppEngine(tiny_qwen3_gguf, n_ctx=2048, **real_model_run.engine_args())
     yield engine
     engine.close()
 
@@ -56,20 +57,25 @@ def test_text_is_exact_for_tokens_longer_than_32_bytes(tiny_engine, hf_tokenizer
     assert tiny_engine._llm.detokenize(ids).decode("utf-8", "replace") != text  # the bug this guards against
 
 
+# The answer forced by a grammar, so that the text and its end are the same whatever the model would pick.
+PARIS = 'root ::= "The capital of France is Paris, on the Seine."'
+
+
 def test_generate_streams_text_and_cuts_at_stop_string(smollm2_engine):
     ids = smollm2_engine.tokenize(CHAT)
     pieces: list[str] = []
-    full = smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=40))
-    assert "Paris" in full.text and full.finish_reason == "eog"
+    full = smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=40), grammar=PARIS)
+    assert full.text == "The capital of France is Paris, on the Seine." and full.finish_reason == "eog"
     cut = smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=40), stop=["Paris"],
-                                  on_text=pieces.append)
+                                  on_text=pieces.append, grammar=PARIS)
     assert cut.finish_reason == "stop" and cut.stop_string == "Paris"
     assert cut.text == full.text[: full.text.index("Paris")]
     assert "".join(pieces) == cut.text
 
 
 def test_max_tokens_ends_with_length(smollm2_engine):
-    completion = smollm2_engine.generate(smollm2_engine.tokenize(CHAT), sampling=SamplingParams(max_tokens=3))
+    completion = smollm2_engine.generate(smollm2_engine.tokenize(CHAT), sampling=SamplingParams(max_tokens=3),
+                                         grammar=PARIS)  # more than 3 tokens before the end is allowed
     assert completion.finish_reason == "length" and len(completion.token_ids) == 3
 
 
@@ -89,18 +95,21 @@ def test_helper_context_leaves_the_agent_kv_cache_untouched(smollm2_engine):
     ids = smollm2_engine.tokenize(CHAT)
     smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=2))
     reply = smollm2_engine.complete([{"role": "user", "content": "Say hello."}], max_tokens=8)
-    assert reply.strip()
+    assert isinstance(reply, str) and smollm2_engine._helper.llm.n_tokens > 0  # decoded on the helper context
     again = smollm2_engine.generate(ids, sampling=SamplingParams(temperature=0.0, max_tokens=2))
     assert again.stats.prompt_tokens_reused == len(ids) - 1
 
 
-def test_same_seed_same_text_other_seed_other_text(smollm2_engine):
+def test_same_seed_same_text_other_seed_other_text(smollm2_engine, real_model_run):
+    """Other seeds draw other texts: 24 tokens at temperature 1 from the top 20, for four other seeds, all equal to
+    the first text is vanishingly unlikely."""
     ids = smollm2_engine.tokenize("<|im_start|>user\nWrite a short poem.<|im_end|>\n<|im_start|>assistant\n")
     sampling = SamplingParams(max_tokens=24)
-    a = smollm2_engine.generate(ids, sampling=sampling, seed=7).text
-    b = smollm2_engine.generate(ids, sampling=sampling, seed=7).text
-    c = smollm2_engine.generate(ids, sampling=sampling, seed=8).text
-    assert a == b and a != c
+    seed = real_model_run.seed(7)
+    a = smollm2_engine.generate(ids, sampling=sampling, seed=seed).text
+    b = smollm2_engine.generate(ids, sampling=sampling, seed=seed).text
+    others = {smollm2_engine.generate(ids, sampling=sampling, seed=seed + k).text for k in range(1, 5)}
+    assert a == b and others != {a}
 
 
 def test_prompt_longer_than_n_ctx_is_a_clear_error(smollm2_gguf):
@@ -371,8 +380,10 @@ def test_logprobs_are_the_models_log_softmax_of_each_generated_token(smollm2_eng
     import numpy as np
 
     prompt = smollm2_engine.tokenize(CHAT)
-    completion = smollm2_engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=12, logprobs=True))
-    assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids) > 0
+    # the tokens' text forced (the log-probabilities are the model's, before the grammar), so there are some
+    completion = smollm2_engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=12, logprobs=True),
+                                         grammar=PARIS)
+    assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids) == 12
     reference = llama_cpp.Llama(str(smollm2_gguf), n_ctx=512, logits_all=True, verbose=False)
     try:
         off_main_thread(reference.eval, prompt + completion.token_ids)
@@ -381,8 +392,12 @@ def test_logprobs_are_the_models_log_softmax_of_each_generated_token(smollm2_eng
         reference.close()
     log_softmax = logits - logits.max(axis=1, keepdims=True)
     log_softmax -= np.log(np.exp(log_softmax).sum(axis=1, keepdims=True))
-    expected = [log_softmax[i, token] for i, token in enumerate(completion.token_ids)]
-    # one decode per token (on a cached prefix) vs one batched pass: Q4_1 and the F16 KV cache round them apart
-    difference = float(np.max(np.abs(np.subtract(completion.logprobs, expected))))
-    assert difference < 0.05, list(zip(completion.logprobs, expected))
+    expected = np.array([log_softmax[i, token] for i, token in enumerate(completion.token_ids)])
+    # One decode per token (on a cached prefix) vs one batched pass: Q4_1 and the F16 KV cache round them apart, by
+    # ~0.02 for a likely token and more in log space for an unlikely one the grammar forced (-6.0 vs -5.8).
+    ours = np.array(completion.logprobs)
+    pairs = list(zip(ours, expected))
+    assert float(np.max(np.abs(np.exp(ours) - np.exp(expected)))) < 0.02, pairs
+    likely = expected > math.log(0.5)
+    assert likely.sum() >= 6 and float(np.max(np.abs(ours - expected)[likely])) < 0.05, pairs
     assert smollm2_engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=4)).logprobs is None

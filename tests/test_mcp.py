@@ -26,10 +26,14 @@ QUESTION = "When was the tomllib module added to Python?"
 CANCELLED_QUESTION = "What does os.path.join do?"
 
 
-def _command(model: Path, corpus: Path, journal: Path, *extra: str) -> list[str]:
+# --max-tokens 1200: a strict turn (256 characters of reasoning, up to three strings of 100) is at most ~1,150
+# characters, so in ASCII no turn is cut by max_tokens whatever SmolLM2 writes (and each turn completes).
+def _command(model: Path, corpus: Path, journal: Path, run_args: list[str], *extra: str) -> list[str]:
+    """``run_args``: the seed and threads of this run (``real_model_run.cli_args()``)."""
     return ["-m", "venus_edge.cli", "mcp", "--model", str(model), "--corpus", str(corpus), "--journal",
             str(journal), "--strict", "--min-tool-calls", "1", "--extractive-visit", "--max-turns", "3",
-            "--n-ctx", "4096", "--max-tokens", "256", "--threads", "1", "--no-prompt-cache", *extra]
+            "--n-ctx", "4096", "--max-tokens", "1200", "--threads", "1", "--no-prompt-cache",
+            *run_args, *extra]
 
 
 def _environment() -> dict[str, str]:
@@ -42,9 +46,11 @@ def _text(result: Any) -> str:
     return "".join(block.text for block in result.content if block.type == "text")
 
 
-def test_stdio_session_lists_tools_searches_and_researches_with_progress(smollm2_gguf, docs_corpus, tmp_path):
+def test_stdio_session_lists_tools_searches_and_researches_with_progress(smollm2_gguf, docs_corpus, tmp_path,
+                                                                         real_model_run):
     journal = tmp_path / "journal.jsonl"
-    server = StdioServerParameters(command=sys.executable, args=_command(smollm2_gguf, docs_corpus, journal),
+    server = StdioServerParameters(command=sys.executable, args=_command(smollm2_gguf, docs_corpus, journal,
+                                                                         real_model_run.cli_args()),
                                    env=_environment())
     progress: list[tuple[float, float | None, str | None]] = []
 
@@ -126,12 +132,12 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_streamable_http_serves_the_same_tools(smollm2_gguf, docs_corpus, tmp_path):
+def test_streamable_http_serves_the_same_tools(smollm2_gguf, docs_corpus, tmp_path, real_model_run):
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, *_command(smollm2_gguf, docs_corpus, tmp_path / "journal.jsonl", "--transport", "http",
-                                   "--port", str(port))],
+        [sys.executable, *_command(smollm2_gguf, docs_corpus, tmp_path / "journal.jsonl", real_model_run.cli_args(),
+                                   "--transport", "http", "--port", str(port))],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env={**os.environ, **_environment()},
     )
 

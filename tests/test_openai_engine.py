@@ -20,12 +20,18 @@ from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.engines.openai import OpenAIEngine
 from venus_edge.errors import EngineConnectionError
 from venus_edge.events import ErrorRaised
+from venus_edge.grammar import GrammarLimits
 from venus_edge.testing import LlamaServer
 from venus_edge.toolbox import default_tools
 from venus_edge.tools.base import ToolResult
 from venus_edge.trajectory import read_journal
 
 CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+# The answer forced by a grammar (12 tokens), so that a test's text and its end do not depend on what is sampled.
+PARIS = 'root ::= "The capital of France is Paris, on the Seine."'
+# Strict turns this short fit in 512 tokens whatever the model writes: a token holds at least one byte, and a
+# search call is at most ~410 bytes (64 characters of reasoning, one query of 16, markup; 4 bytes a character).
+SHORT_TURNS = GrammarLimits(reasoning_chars=64, string_chars=16, list_items=1, answer_chars=64)
 TEXTS = [CHAT, "café — 中文 🚀 <|im_end|> </tool_call>", "    deep    indentation\n\n\n", "<tool_response>\nx\n</tool_response>"]
 
 
@@ -36,8 +42,8 @@ def engine(llama_server: LlamaServer) -> Iterator[OpenAIEngine]:
 
 
 @pytest.fixture(scope="module")
-def local(smollm2_gguf) -> Iterator[LlamaCppEngine]:
-    with LlamaCppEngine(smollm2_gguf, n_ctx=2048) as local_engine:
+def local(smollm2_gguf, real_model_run) -> Iterator[LlamaCppEngine]:
+    with LlamaCppEngine(smollm2_gguf, n_ctx=2048, **real_model_run.engine_args()) as local_engine:
         yield local_engine
 
 
@@ -54,12 +60,12 @@ def test_generation_streams_text_token_ids_and_logprobs(engine, local):
     prompt = engine.tokenize(CHAT)
     pieces: list[str] = []
     completion = engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=24, logprobs=True),
-                                 on_text=pieces.append)
-    assert "".join(pieces) == completion.text and completion.text
+                                 on_text=pieces.append, grammar=PARIS)
+    assert "".join(pieces) == completion.text == "The capital of France is Paris, on the Seine."
     assert local.detokenize(completion.token_ids) == completion.text
     assert len(completion.logprobs) == len(completion.token_ids) and all(lp <= 0 for lp in completion.logprobs)
     assert completion.finish_reason in ("eog", "length")
-    short = engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=3))
+    short = engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=3), grammar=PARIS)
     assert short.finish_reason == "length" and len(short.token_ids) == 3 and short.logprobs is None
 
 
@@ -72,7 +78,7 @@ def test_the_end_of_generation_token_is_reported_apart_from_the_completion(engin
     assert ended.end_logprob is not None and ended.end_logprob <= 0
     assert engine.generate(prompt, sampling=dataclasses.replace(GREEDY, max_tokens=40),
                            grammar='root ::= "Paris."').end_logprob is None  # no log-probs asked for
-    cut = engine.generate(prompt, sampling=dataclasses.replace(sampling, max_tokens=2))
+    cut = engine.generate(prompt, sampling=dataclasses.replace(sampling, max_tokens=2), grammar=PARIS)
     assert cut.finish_reason == "length" and cut.end_token is None and len(cut.token_ids) == 2
 
 
@@ -110,12 +116,13 @@ def test_the_stop_rules_are_the_engines_not_the_servers(engine):
     assert after.text == "x\n</think>\n\n<answer>\nB\n</answer>\n" and after.finish_reason == "stop"
 
 
-def test_concurrent_requests_use_the_servers_slots(engine):
+def test_concurrent_requests_use_the_servers_slots(engine, real_model_run):
     prompt = engine.tokenize(CHAT)
     sampling = SamplingParams(max_tokens=16)
     with ThreadPoolExecutor(2) as pool:
-        outputs = list(pool.map(lambda seed: engine.generate(prompt, sampling=sampling, seed=seed), (1, 2)))
-    assert all(o.token_ids for o in outputs)
+        outputs = list(pool.map(lambda seed: engine.generate(prompt, sampling=sampling, grammar=PARIS,
+                                                             seed=real_model_run.seed(seed)), (1, 2)))
+    assert [o.text for o in outputs] == ["The capital of France is Paris, on the Seine."] * 2
 
 
 @pytest.mark.slow
@@ -242,11 +249,12 @@ class KillServer:
         return ToolResult("results")
 
 
-def test_a_server_that_dies_mid_session_ends_it_with_its_journal_whole(smollm2_gguf, tmp_path):
-    server = LlamaServer(smollm2_gguf, slots=1, n_ctx=4096)
+def test_a_server_that_dies_mid_session_ends_it_with_its_journal_whole(smollm2_gguf, tmp_path, real_model_run):
+    server = LlamaServer(smollm2_gguf, slots=1, n_ctx=4096, **real_model_run.thread_args())
     try:
         engine = OpenAIEngine(server.url, max_retries=2, backoff_s=0.01)
-        config = AgentConfig(strict=True, min_tool_calls=1, max_turns=3, sampling=SamplingParams(max_tokens=120))
+        config = AgentConfig(strict=True, min_tool_calls=1, max_turns=3, sampling=SamplingParams(max_tokens=512),
+                             grammar_limits=SHORT_TURNS, seed=real_model_run.seed(0))
         agent = Agent(engine, [KillServer(server)], config=config, trajectory_path=tmp_path / "t.jsonl")
         events = list(_events(agent.events("What is the capital of France?")))
     finally:
@@ -267,12 +275,15 @@ def _events(stream: Any) -> Iterator[Any]:
             return
 
 
-def test_research_and_eval_run_on_the_server_from_the_cli(llama_server, docs_corpus, tmp_path, capsys):
+def test_research_and_eval_run_on_the_server_from_the_cli(llama_server, docs_corpus, tmp_path, capsys,
+                                                          real_model_run):
     from venus_edge.cli import main
     from venus_edge.eval.runner import RESULTS_FILE, read_rows
 
+    # 1,200 new tokens a turn: no strict turn is cut (tests/test_research.py), so none is sampled again and again
     common = ["--engine", "openai", "--base-url", llama_server.url, "--corpus", str(docs_corpus), "--strict",
-              "--min-tool-calls", "1", "--max-turns", "1", "--max-tokens", "120", "--quiet"]
+              "--min-tool-calls", "1", "--max-turns", "1", "--max-tokens", "1200", "--quiet",
+              "--seed", str(real_model_run.seed(0))]
     code = main(["research", "When was tomllib added?", *common, "--out", str(tmp_path / "r.jsonl")])
     assert code in (0, 1), capsys.readouterr().err
     [session] = read_journal(tmp_path / "r.jsonl").trajectories

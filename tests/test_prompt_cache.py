@@ -2,7 +2,8 @@
 
 A new ``LlamaCppEngine`` object starts with an empty KV cache, as a new process does; each test makes engines on
 one cache folder under ``tmp_path`` and reads the reuse figures that ``generate`` reports. The engines run one
-thread: the prompts are short, and a single thread does not slow down when other work shares the cores.
+thread (or ``VENUS_TEST_THREADS``, see conftest): the prompts are short, and a single thread does not slow down when
+other work shares the cores.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 
 N_CTX = 1024
-THREADS = 1
 SAMPLING = replace(GREEDY, max_tokens=8)
 # Short schemas keep each first turn cheap; the boundary test below uses the real ones.
 SEARCH = {"type": "function", "function": {"name": "search", "description": "Search the web.", "parameters": {
@@ -43,15 +43,22 @@ def _prompt(tokenize: Callable[[str], list[int]], tools: Sequence[dict[str, Any]
                                               {"role": "user", "content": question}]))
 
 
-def _generate(model: Path, cache: Path | None, ids: list[int], **engine_kwargs: Any) -> tuple[Completion, Any]:
+def _generate(model: Path, cache: Path | None, ids: list[int], threads: int,
+              **engine_kwargs: Any) -> tuple[Completion, Any]:
     """One first turn on a new engine (an empty KV cache); the completion and the cache's counts."""
-    with LlamaCppEngine(model, n_ctx=N_CTX, n_threads=THREADS, prompt_cache_dir=cache, **engine_kwargs) as engine:
+    with LlamaCppEngine(model, n_ctx=N_CTX, n_threads=threads, prompt_cache_dir=cache, **engine_kwargs) as engine:
         completion = engine.generate(ids, sampling=SAMPLING)
         return completion, engine.prompt_cache.counts if engine.prompt_cache else None
 
 
 def _files(cache: Path) -> list[Path]:
     return sorted(cache.glob("*.kvstate"))
+
+
+@pytest.fixture(scope="module")
+def threads(real_model_run: Any) -> int:
+    """One thread unless the run names others (conftest's ``VENUS_TEST_THREADS``)."""
+    return real_model_run.n_threads or 1
 
 
 @pytest.fixture(scope="module")
@@ -70,16 +77,17 @@ def stable(prompt: list[int], smollm2_engine: LlamaCppEngine) -> int:
 
 
 @pytest.fixture(scope="module")
-def uncached(smollm2_gguf: Path, prompt: list[int]) -> Completion:
+def uncached(smollm2_gguf: Path, prompt: list[int], threads: int) -> Completion:
     """The reference: the same first turn without a prompt cache."""
-    return _generate(smollm2_gguf, None, prompt)[0]
+    return _generate(smollm2_gguf, None, prompt, threads)[0]
 
 
 @pytest.fixture(scope="module")
-def first_session(smollm2_gguf: Path, prompt: list[int], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def first_session(smollm2_gguf: Path, prompt: list[int], tmp_path_factory: pytest.TempPathFactory,
+                  threads: int) -> Path:
     """A cache folder in which a first session saved the prefix of ``prompt``."""
     cache = tmp_path_factory.mktemp("first-session") / "prompt-cache"
-    _generate(smollm2_gguf, cache, prompt)
+    _generate(smollm2_gguf, cache, prompt, threads)
     return cache
 
 
@@ -123,23 +131,25 @@ def test_the_stable_prefix_of_a_real_prompt_is_the_longest_before_the_date_line(
 
 
 # ---------------------------------------------------------------------------------------------- restore
-def test_a_second_engine_restores_the_prefix_and_writes_the_same_text(smollm2_gguf, prompt, stable, uncached, tmp_path):
+def test_a_second_engine_restores_the_prefix_and_writes_the_same_text(smollm2_gguf, prompt, stable, uncached, tmp_path,
+                                                                      threads):
     """The first engine evaluates everything and saves the prefix; a second one restores it, reports those
     tokens as reused, evaluates only the rest, and its greedy text equals the text without a cache."""
     cache = tmp_path / "prompt-cache"
-    first, first_counts = _generate(smollm2_gguf, cache, prompt)
+    first, first_counts = _generate(smollm2_gguf, cache, prompt, threads)
     assert (first.stats.prompt_tokens_reused, first_counts.saves) == (0, 1), (first.stats, first_counts)
     assert len(_files(cache)) == 1
 
-    second, counts = _generate(smollm2_gguf, cache, prompt)
+    second, counts = _generate(smollm2_gguf, cache, prompt, threads)
     assert (counts.restores, counts.restored_tokens, counts.saves) == (1, stable, 0), counts
     assert second.stats.prompt_tokens_reused == stable, second.stats
     assert second.stats.prompt_tokens_evaluated == len(prompt) - stable, second.stats
     assert first.text == uncached.text and second.text == uncached.text, (first.text, second.text, uncached.text)
 
 
-def test_the_next_turn_of_a_restored_session_reuses_the_kv_cache_without_the_disk(smollm2_gguf, seeded, prompt, stable):
-    with LlamaCppEngine(smollm2_gguf, n_ctx=N_CTX, n_threads=THREADS, prompt_cache_dir=seeded) as engine:
+def test_the_next_turn_of_a_restored_session_reuses_the_kv_cache_without_the_disk(smollm2_gguf, seeded, prompt, stable,
+                                                                                   threads):
+    with LlamaCppEngine(smollm2_gguf, n_ctx=N_CTX, n_threads=threads, prompt_cache_dir=seeded) as engine:
         first = engine.generate(prompt, sampling=SAMPLING)
         longer = prompt + first.token_ids + engine.tokenize("<|im_end|>\n<|im_start|>user\nAnd json?<|im_end|>\n")
         second = engine.generate(longer, sampling=SAMPLING)
@@ -147,36 +157,36 @@ def test_the_next_turn_of_a_restored_session_reuses_the_kv_cache_without_the_dis
     assert second.stats.prompt_tokens_reused >= len(prompt), second.stats
 
 
-def test_a_new_date_reuses_everything_before_the_date_line(smollm2_gguf, seeded, tokenize, stable):
+def test_a_new_date_reuses_everything_before_the_date_line(smollm2_gguf, seeded, tokenize, stable, threads):
     ids = _prompt(tokenize, today="2027-12-31", question="Which pickle protocol is the default?")
-    completion, counts = _generate(smollm2_gguf, seeded, ids)
+    completion, counts = _generate(smollm2_gguf, seeded, ids, threads)
     assert completion.stats.prompt_tokens_reused == stable, completion.stats
     assert counts.saves == 0 and len(_files(seeded)) == 1, counts
 
 
-def test_another_system_prompt_does_not_reuse(smollm2_gguf, seeded, tokenize):
+def test_another_system_prompt_does_not_reuse(smollm2_gguf, seeded, tokenize, threads):
     ids = _prompt(tokenize, tools=[SEARCH])
-    completion, counts = _generate(smollm2_gguf, seeded, ids)
+    completion, counts = _generate(smollm2_gguf, seeded, ids, threads)
     assert completion.stats.prompt_tokens_reused == 0, completion.stats
     assert (counts.restores, counts.saves) == (0, 1) and len(_files(seeded)) == 2, counts
 
 
-def test_another_kv_type_does_not_reuse(smollm2_gguf, seeded, prompt, stable):
-    completion, counts = _generate(smollm2_gguf, seeded, prompt, kv_cache_f32=True)
+def test_another_kv_type_does_not_reuse(smollm2_gguf, seeded, prompt, stable, threads):
+    completion, counts = _generate(smollm2_gguf, seeded, prompt, threads, kv_cache_f32=True)
     assert completion.stats.prompt_tokens_reused == 0, completion.stats
     assert counts.saves == 1 and len(_files(seeded)) == 2, counts
-    again, _ = _generate(smollm2_gguf, seeded, prompt, kv_cache_f32=True)
+    again, _ = _generate(smollm2_gguf, seeded, prompt, threads, kv_cache_f32=True)
     assert again.stats.prompt_tokens_reused == stable, again.stats
 
 
-def test_another_model_file_does_not_reuse(smollm2_gguf, seeded, prompt, tmp_path):
+def test_another_model_file_does_not_reuse(smollm2_gguf, seeded, prompt, tmp_path, threads):
     """A copy is another file (path, mtime): the key never matches a file it was not made with."""
     copy = tmp_path / "copy.gguf"
     shutil.copyfile(smollm2_gguf, copy)
-    completion, counts = _generate(copy, seeded, prompt)
+    completion, counts = _generate(copy, seeded, prompt, threads)
     assert completion.stats.prompt_tokens_reused == 0, completion.stats
     os.utime(copy, ns=(1, 1))  # the same file touched: its own saved prefix no longer matches either
-    touched, counts = _generate(copy, seeded, prompt)
+    touched, counts = _generate(copy, seeded, prompt, threads)
     assert touched.stats.prompt_tokens_reused == 0 and counts.saves == 1, (touched.stats, counts)
 
 
@@ -194,26 +204,27 @@ def _garbage_header(data: bytes) -> bytes:
 
 @pytest.mark.parametrize("damage", [_truncate, _flip_last_byte, _garbage_header, lambda data: b""],
                          ids=["truncated", "flipped", "garbage-header", "empty"])
-def test_a_damaged_file_is_ignored_and_replaced(damage, smollm2_gguf, seeded, prompt, stable, uncached, caplog):
+def test_a_damaged_file_is_ignored_and_replaced(damage, smollm2_gguf, seeded, prompt, stable, uncached, caplog,
+                                                threads):
     (path,) = _files(seeded)
     path.write_bytes(damage(path.read_bytes()))
     with caplog.at_level(logging.WARNING, logger="venus_edge.engines.prompt_cache"):
-        completion, counts = _generate(smollm2_gguf, seeded, prompt)
+        completion, counts = _generate(smollm2_gguf, seeded, prompt, threads)
     assert completion.stats.prompt_tokens_reused == 0 and completion.text == uncached.text, completion
     assert (counts.rejected, counts.saves) == (1, 1), counts
     assert any("ignoring" in record.getMessage() and str(path) in record.getMessage() for record in caplog.records)
     assert _files(seeded) == [path]
-    rebuilt, _ = _generate(smollm2_gguf, seeded, prompt)
+    rebuilt, _ = _generate(smollm2_gguf, seeded, prompt, threads)
     assert rebuilt.stats.prompt_tokens_reused == stable, rebuilt.stats
 
 
 # ---------------------------------------------------------------------------------------------- the folder
-def test_the_folder_keeps_the_most_recently_used_files(smollm2_gguf, tokenize, tmp_path):
+def test_the_folder_keeps_the_most_recently_used_files(smollm2_gguf, tokenize, tmp_path, threads):
     """Three system prompts on one engine with max_files 2: the oldest file goes; a state over max_bytes is
     not written at all."""
     cache = tmp_path / "prompt-cache"
     prompts = [_prompt(tokenize, tools=tools) for tools in ([SEARCH], [VISIT], TOOLS)]
-    with LlamaCppEngine(smollm2_gguf, n_ctx=N_CTX, n_threads=THREADS, prompt_cache_dir=cache) as engine:
+    with LlamaCppEngine(smollm2_gguf, n_ctx=N_CTX, n_threads=threads, prompt_cache_dir=cache) as engine:
         engine.prompt_cache.max_files = 2
         stables = [stable_prefix_length(ids, engine.token_bytes) for ids in prompts]
         for ids in prompts:

@@ -9,15 +9,25 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import main
 from venus_edge.engines.base import SamplingParams
 from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.grammar import GrammarLimits
 from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_trajectories
 
+# A strict turn of the CLI's grammar (256 characters of reasoning, up to three strings of 100) is at most ~1,150
+# characters, so in ASCII at most ~1,150 tokens: with this --max-tokens no turn is cut whatever SmolLM2 writes.
+STRICT_TURN_TOKENS = "1200"
+# Strict turns short enough that 512 tokens hold any of them (at least one byte a token, at most four a character).
+SHORT_TURNS = GrammarLimits(reasoning_chars=64, string_chars=16, list_items=1, answer_chars=64)
+# With the grammar every turn completes, so every session ends with an answer: after its turns, or forced by the
+# budget (observations of any length).
+ANSWERED = ("answered", "answered_max_steps", "answered_token_limit")
 
-def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_corpus, tmp_path, capsys):
+
+def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_corpus, tmp_path, capsys, real_model_run):
     out = tmp_path / "trajectories.jsonl"
     code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
                  "--corpus", str(docs_corpus), "--strict", "--min-tool-calls", "2", "--max-turns", "3",
-                 "--n-ctx", "8192", "--max-tokens", "400", "--out", str(out)])
+                 "--n-ctx", "8192", "--max-tokens", STRICT_TURN_TOKENS, "--out", str(out), *real_model_run.cli_args()])
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert stdout.startswith("Answer:\n") and "\nSources" in stdout and f"Trajectory: {out}" in stdout
@@ -29,16 +39,18 @@ def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_co
         if turn.tool_call and turn.tool_call["name"] == "search":
             results = json.loads(turn.observation.removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
             assert results[0]["query"] == turn.tool_call["arguments"]["query"][0]
-    assert trajectory.termination in ("answered", "answered_max_steps") and trajectory.answer
+    assert trajectory.termination in ANSWERED and trajectory.answer
     assert trajectory.header["model"]["file_type"] == "Q4_1"
 
 
-def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, docs_corpus, tmp_path):
+def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, docs_corpus, tmp_path, real_model_run):
     journal = tmp_path / "tiny.jsonl"
-    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=4096) as engine:
-        config = AgentConfig(strict=True, min_tool_calls=2, max_turns=3, sampling=SamplingParams(max_tokens=300))
+    # 8K: two observations of any text stay under the budget, so the two calls and a third turn happen
+    with LlamaCppEngine(tiny_qwen3_gguf, n_ctx=8192, **real_model_run.engine_args()) as engine:
+        config = AgentConfig(strict=True, min_tool_calls=2, max_turns=3, sampling=SamplingParams(max_tokens=512),
+                             grammar_limits=SHORT_TURNS, seed=real_model_run.seed(0))
         result = Agent(engine, default_tools([docs_corpus]), config=config, trajectory_path=journal).run("tomllib?")
-    assert result.termination in ("answered", "answered_max_steps"), result.termination
+    assert result.termination in ANSWERED, result.termination
     turns = read_trajectories(journal)[0].turns
     assert len(turns) >= 3
     for previous, turn in zip(turns, turns[1:]):
@@ -47,11 +59,13 @@ def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, do
         assert 0 < turn.stats["prompt_tokens_evaluated"] <= new + 1, (turn.index, turn.stats, new)
 
 
-def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, docs_corpus, tmp_path, capsys):
+def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, docs_corpus, tmp_path, capsys,
+                                                              real_model_run):
     """`--record DIR` then `--replay DIR` (no corpus given): same seed, same model, so the same calls, and every
     observation comes back byte for byte from the records."""
     common = ["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf), "--strict",
-              "--min-tool-calls", "1", "--max-turns", "1", "--n-ctx", "4096", "--max-tokens", "200", "--quiet"]
+              "--min-tool-calls", "1", "--max-turns", "1", "--n-ctx", "4096", "--max-tokens", STRICT_TURN_TOKENS,
+              "--quiet", *real_model_run.cli_args()]
     records = tmp_path / "records"
     assert main([*common, "--corpus", str(docs_corpus), "--record", str(records), "--out", str(tmp_path / "a.jsonl")]) == 0
     assert main([*common, "--replay", str(records), "--out", str(tmp_path / "b.jsonl")]) == 0, capsys.readouterr().err

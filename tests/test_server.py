@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import quote
 
 import httpx
@@ -25,6 +25,9 @@ from venus_edge.server.defaults import is_loopback
 from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, read_sse, tool_call_turn
 from venus_edge.toolbox import close_tools, default_tools
 from venus_edge.trajectory import read_journal
+
+if TYPE_CHECKING:
+    from conftest import RealModelRun
 
 SLOW_ANSWER = answer_turn("y" * 2_000)  # 250 pieces of 8 characters, 10 ms each: 2.5 s of "decoding"
 
@@ -267,16 +270,18 @@ def test_serve_refuses_a_public_address_without_a_key(capsys: pytest.CaptureFixt
     assert "--api-key" in capsys.readouterr().err
 
 
-def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_gguf: Path, docs_corpus: Path) -> None:
-    """`venus-edge serve` as a user starts it: SmolLM2 with the protocol grammar, a docs corpus, one session."""
+def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_gguf: Path, docs_corpus: Path,
+                                                     real_model_run: RealModelRun) -> None:
+    """`venus-edge serve` as a user starts it: SmolLM2 with the protocol grammar, a docs corpus, one session. With
+    1,200 new tokens a turn no strict turn is cut (tests/test_research.py), so every turn is well formed."""
     with UvicornThread(create_app(ResearchService([ScriptedEngine([])], [], AgentConfig(),
                                                   journal_path=tmp_path / "probe.jsonl"))) as probe:
         port = probe.port + 1  # a neighbour of a port that was just free; retried below if taken
     journal = tmp_path / "served.jsonl"
     command = [sys.executable, "-m", "venus_edge.cli", "serve", "--model", str(smollm2_gguf), "--corpus",
                str(docs_corpus), "--strict", "--extractive-visit", "--max-turns", "2", "--n-ctx", "4096",
-               "--max-tokens", "192", "--threads", "2", "--no-prompt-cache", "--port", str(port), "--journal",
-               str(journal)]
+               "--max-tokens", "1200", "--threads", "2", "--no-prompt-cache", "--port", str(port), "--journal",
+               str(journal), *real_model_run.cli_args()]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         banner = process.stderr.readline()  # type: ignore[union-attr]

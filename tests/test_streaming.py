@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engines.base import GREEDY, SamplingParams, StopStream, stream_generation
@@ -14,6 +15,9 @@ from venus_edge.errors import GenerationCancelled
 from venus_edge.events import SessionFinished, TextDelta
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events
 from venus_edge.trajectory import read_journal
+
+if TYPE_CHECKING:
+    from conftest import RealModelRun
 
 LONG_ANSWER = answer_turn("x" * 400)  # 40 pieces of 10 characters
 PIECES = -(-len(LONG_ANSWER) // 10)
@@ -121,34 +125,43 @@ def _cancel_after(stream: object, pieces: int, cancel: threading.Event | None = 
             cancel.set()
 
 
+COUNT = "<|im_start|>user\nCount from 1 to 100.<|im_end|>\n<|im_start|>assistant\n"
+# At least 48 numbers, each its digits and ", " (SmolLM2 splits digits into tokens of their own): at least 96 tokens
+# of text whatever the model picks, so a decode cannot end before the cancel or before max_tokens=40.
+NUMBERS = "root ::= " + " ".join(["number"] * 48) + ' number*\nnumber ::= [1-9] [0-9]? ", "'
+
+
 def test_a_real_decode_stops_at_the_next_token_when_cancelled(smollm2_engine: LlamaCppEngine) -> None:
-    prompt = smollm2_engine.tokenize("<|im_start|>user\nCount from 1 to 100.<|im_end|>\n<|im_start|>assistant\n")
+    prompt = smollm2_engine.tokenize(COUNT)
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=200)
     cancel = threading.Event()
-    received, completion = _cancel_after(stream_generation(smollm2_engine, prompt, cancel=cancel,
+    received, completion = _cancel_after(stream_generation(smollm2_engine, prompt, cancel=cancel, grammar=NUMBERS,
                                                            sampling=sampling), 5, cancel)
     assert completion.finish_reason == "cancelled"  # type: ignore[attr-defined]
     assert len(completion.token_ids) <= 6  # type: ignore[attr-defined]
     assert completion.text == "".join(received)  # type: ignore[attr-defined]
     # The engine is usable again at once, and its KV cache still matches what it holds.
-    again = smollm2_engine.generate(prompt, sampling=SamplingParams(temperature=0.0, top_p=1.0, top_k=1,
-                                                                        presence_penalty=0.0, max_tokens=8))
+    again = smollm2_engine.generate(prompt, grammar=NUMBERS, sampling=SamplingParams(
+        temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=8))
     assert again.text.startswith("".join(received)[:5])
 
 
-def test_a_cancelled_batched_sequence_leaves_the_other_decoding(smollm2_gguf: Path) -> None:
+def test_a_cancelled_batched_sequence_leaves_the_other_decoding(smollm2_gguf: Path,
+                                                                 real_model_run: RealModelRun) -> None:
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=40)
-    with BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, n_ctx=1024, n_threads=2) as batched:
-        prompt = batched.tokenize("<|im_start|>user\nCount from 1 to 100.<|im_end|>\n<|im_start|>assistant\n")
+    with BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, n_ctx=1024,
+                               **{"n_threads": 2, **real_model_run.thread_args()}) as batched:
+        prompt = batched.tokenize(COUNT)
         results: dict[str, object] = {}
         other = threading.Thread(target=lambda: results.update(
-            full=batched.sequence(1).generate(prompt, sampling=sampling)))
+            full=batched.sequence(1).generate(prompt, sampling=sampling, grammar=NUMBERS)))
         other.start()
-        received, _ = _cancel_after(stream_generation(batched.sequence(0), prompt, sampling=sampling), 3)
+        received, _ = _cancel_after(stream_generation(batched.sequence(0), prompt, sampling=sampling,
+                                                      grammar=NUMBERS), 3)
         other.join()
         assert len(received) == 3
         full = results["full"]
         assert full.finish_reason == "length" and len(full.token_ids) == 40  # type: ignore[attr-defined]
         # The engine still serves the cancelled sequence (batches of other shapes round differently: compare lengths).
-        again = batched.sequence(0).generate(prompt, sampling=sampling)
+        again = batched.sequence(0).generate(prompt, sampling=sampling, grammar=NUMBERS)
         assert again.finish_reason == "length" and len(again.token_ids) == 40

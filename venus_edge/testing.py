@@ -75,6 +75,7 @@ class LlamaServer:
         model: the GGUF to serve.
         slots: parallel slots (``-np``); the window of each is ``n_ctx / slots``.
         n_ctx: the server's context size in tokens (``-c``).
+        n_threads: decode threads (``-t``).
         extra_args: more command-line options (``-ctk f32``).
 
     Raises:
@@ -83,7 +84,7 @@ class LlamaServer:
     """
 
     def __init__(self, model: Path, *, slots: int = 2, n_ctx: int = 8192, start_timeout_s: float = 120.0,
-                 extra_args: Sequence[str] = ()) -> None:
+                 n_threads: int = 2, extra_args: Sequence[str] = ()) -> None:
         import httpx  # the runtime's HTTP client; imported here so that the helpers above stay light
 
         with socket.socket() as probe:  # a free port
@@ -91,7 +92,7 @@ class LlamaServer:
             self.port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         command = [str(llama_tool_path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port",
-                   str(self.port), "-c", str(n_ctx), "-np", str(slots), "-t", "2", "--no-webui", *extra_args]
+                   str(self.port), "-c", str(n_ctx), "-np", str(slots), "-t", str(n_threads), "--no-webui", *extra_args]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + start_timeout_s
         while True:

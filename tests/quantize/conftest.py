@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,10 +17,11 @@ CHATML_TEMPLATE = (
 
 
 @pytest.fixture(scope="session")
-def tiny_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Folder holding `checkpoint/` (tiny Qwen3, seed 0, F32 safetensors) and its F32 / F16 GGUF files."""
+def tiny_workdir(tmp_path_factory: pytest.TempPathFactory, real_model_run: Any) -> Path:
+    """Folder holding `checkpoint/` (tiny Qwen3, seed 0 plus ``VENUS_TEST_SEED``, F32 safetensors) and its F32 / F16
+    GGUF files."""
     workdir = tmp_path_factory.mktemp("tiny-qwen3")
-    build_tiny_qwen3_gguf(workdir, "f32", chat_template=CHATML_TEMPLATE)
+    build_tiny_qwen3_gguf(workdir, "f32", chat_template=CHATML_TEMPLATE, seed=real_model_run.seed(0))
     build_tiny_qwen3_gguf(workdir, "f16")
     return workdir
 
