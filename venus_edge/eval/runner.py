@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
-
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from venus_edge.agent import Result
 from venus_edge.eval.data import EvalExample
