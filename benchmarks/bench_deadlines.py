@@ -9,7 +9,7 @@ there. Each case's deadline is in ``extra_info`` (``deadline_s``), to read again
 - ``test_slow_pdf_is_stopped_at_the_deadline``: a 20 KB PDF that keeps pypdf busy for many seconds, fetched with
   ``total_timeout_s=2``; the child process reading it is killed at the deadline (expect about 2 s).
 - ``test_redirect_hops_stop_at_the_total_deadline``: redirect hops that wait 0.4 s each, ``total_timeout_s=1``
-  (expect about 1.4 s: the hop in flight at the deadline; unbounded, 20 hops take 8 s).
+  (expect 1 to 1.4 s: the deadline, or the end of the hop in flight; unbounded, 20 hops take 8 s).
 - ``test_dripped_headers_stop_at_the_grace_after_the_deadline``: a header byte every 0.2 s, ``total_timeout_s=1``;
   visit leaves the read behind ``READ_GRACE_S`` later (expect about 3 s; unbounded, 20 s).
 
