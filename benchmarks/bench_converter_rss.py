@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_converter import DEFAULT_SDIST, compare  # noqa: E402
+from compare_converter import DEFAULT_SDIST, compare
 
-from venus_edge.quantize.tiny import Qwen3Config  # noqa: E402
+from venus_edge.quantize.tiny import Qwen3Config
 
 DEFAULT_HIDDEN = (1024, 2048)  # the widths of Qwen3-0.6B and Qwen3-1.7B: embeddings of 155.6M and 311.2M parameters
 

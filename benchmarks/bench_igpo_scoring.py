@@ -48,7 +48,7 @@ def test_prefix_reuse_against_one_forward_per_boundary(benchmark, model, turns):
         return middle - start, end - middle, max(abs(a - b) for a, b in zip(cached, direct))
 
     RESULTS[turns] = benchmark.pedantic(measure, rounds=1, iterations=1)
-    cached_s, direct_s, difference = RESULTS[turns]
+    _cached_s, _direct_s, difference = RESULTS[turns]
     assert difference < 1e-4
     if len(RESULTS) == 3:
         print("\n| turns | tokens | prefix reuse s | one forward per boundary s | speed-up | max |diff| |")

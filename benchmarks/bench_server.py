@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -45,7 +45,7 @@ class LookupTool:
     """A tool that answers at once: the load is the server's, not a corpus's."""
 
     name = "lookup"
-    schema = {"type": "function", "function": {
+    schema: ClassVar[dict[str, Any]] = {"type": "function", "function": {
         "name": "lookup", "description": "Look a key up.",
         "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}
 

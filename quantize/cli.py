@@ -28,7 +28,7 @@ _QUANT_TYPES = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")  # = quantize.QUANT_
 _BASE_TYPES = ("f32", "f16", "bf16")
 
 
-def add_commands(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `quantize` and `inspect` on the `venus-edge` sub-command parsers."""
     quantize = subparsers.add_parser(
         "quantize", help="convert a HF checkpoint to GGUF, quantize it and verify every quant",

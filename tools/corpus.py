@@ -36,14 +36,15 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import bm25s
-import Stemmer
 import lxml.html
+import Stemmer
 from lxml import etree
 
 from venus_edge.tools.charset import decode_text
@@ -296,7 +297,7 @@ def _iter_documents(root: Path, skip_dir_prefixes: Sequence[str]) -> Iterator[Pa
                 yield Path(dirpath) / filename
 
 
-def _manifest(root: Path, skip_dir_prefixes: Sequence[str]) -> dict:
+def _manifest(root: Path, skip_dir_prefixes: Sequence[str]) -> dict[str, Any]:
     files = []
     for file in _iter_documents(root, skip_dir_prefixes):
         try:
@@ -313,7 +314,7 @@ def _manifest(root: Path, skip_dir_prefixes: Sequence[str]) -> dict:
 # Building, saving and loading the index
 
 
-def _build_index(root: Path, name: str, manifest: dict, saved: dict[str, _Entry]) -> Corpus:
+def _build_index(root: Path, name: str, manifest: dict[str, Any], saved: dict[str, _Entry]) -> Corpus:
     """Extract new and changed files (reusing ``saved`` texts of unchanged ones), then index the readable ones."""
     entries, extracted = [], 0
     for path, mtime_ns, size in manifest["files"]:
@@ -360,7 +361,7 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
     return _Entry(path, title, text, mtime_ns, size, date=date)
 
 
-def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
+def _save_index(cache: Path, corpus: Corpus, manifest: dict[str, Any]) -> None:
     """Write index, texts, then the manifest last: a folder with a manifest is complete."""
     if cache.exists():
         shutil.rmtree(cache)
@@ -372,7 +373,7 @@ def _save_index(cache: Path, corpus: Corpus, manifest: dict) -> None:
     (cache / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 
-def _read_saved(cache: Path, root: Path) -> tuple[dict, list[_Entry]]:
+def _read_saved(cache: Path, root: Path) -> tuple[dict[str, Any], list[_Entry]]:
     """The saved manifest and per-file entries of an index of the same folder and format; ``({}, [])`` when
     absent or unreadable."""
     try:
@@ -385,7 +386,7 @@ def _read_saved(cache: Path, root: Path) -> tuple[dict, list[_Entry]]:
         return {}, []
 
 
-def _load_index(cache: Path, root: Path, name: str, manifest: dict, entries: list[_Entry]) -> Corpus | None:
+def _load_index(cache: Path, root: Path, name: str, manifest: dict[str, Any], entries: list[_Entry]) -> Corpus | None:
     """The saved corpus, whose saved manifest equals the current ``manifest``; ``None`` when the saved entries or
     the BM25 index do not match it (a damaged cache)."""
     if [path for path, _, _ in manifest["files"]] != [entry.path for entry in entries]:
@@ -394,7 +395,7 @@ def _load_index(cache: Path, root: Path, name: str, manifest: dict, entries: lis
         retriever = bm25s.BM25.load(cache / "bm25", show_progress=False)
         if retriever.scores["num_docs"] != sum(1 for entry in entries if not entry.error):
             return None
-    except Exception:  # noqa: BLE001 - a cache damaged in any way (truncated arrays, bad JSON) is rebuilt
+    except Exception:
         return None
     skipped = sum(1 for entry in entries if entry.error)
     corpus = Corpus(root, name, entries, retriever, IndexStats(0, len(entries), 0, skipped))

@@ -40,8 +40,8 @@ import ssl
 import time
 import urllib.request
 import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 import httpcore
@@ -121,7 +121,7 @@ class FetchedPage:
 
 def resolve_host(host: str, port: int) -> list[str]:
     """All IP addresses of ``host`` (``socket.getaddrinfo``). Raises ``OSError`` when it does not resolve."""
-    return sorted({info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
+    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
 
 
 def is_allowed_address(address: str, allowed_networks: Sequence[str] = ()) -> bool:

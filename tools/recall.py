@@ -24,9 +24,7 @@ __all__: list[str] = []
 
 # Elements that start a new line of text; text inside inline elements (a, b, font, span) continues the line.
 _BLOCK_ELEMENTS = frozenset(
-    "address article aside blockquote body br center dd details dialog div dl dt fieldset figcaption figure footer "
-    "form h1 h2 h3 h4 h5 h6 header hgroup hr li main nav ol p pre section summary table tbody td tfoot th thead tr "
-    "ul".split()
+    ["address", "article", "aside", "blockquote", "body", "br", "center", "dd", "details", "dialog", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hgroup", "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"]
 )
 # Elements whose text a reader never sees as the page's text: code, styles, media fallbacks, drawings.
 _NOT_TEXT = frozenset({"script", "style", "noscript", "template", "head", "title", "video", "audio", "iframe",

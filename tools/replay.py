@@ -19,8 +19,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from venus_edge.tools.base import Tool, ToolFailure, ToolResult, call_key, coerce_arguments
 

@@ -18,7 +18,8 @@ first-try answer, a cached query and a backend without the list add nothing.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from venus_edge.tools.base import ToolAttempt, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import Corpus, Hit
@@ -67,10 +68,15 @@ class BackendAttempt(Protocol):
     ``detail`` is a sentence, ``waited_s`` the back-off in seconds slept just before this try.
     """
 
-    engine: str
-    outcome: str
-    detail: str
-    waited_s: float
+    # Read-only, so that frozen records (``SearchAttempt``) are attempts too.
+    @property
+    def engine(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def waited_s(self) -> float: ...
 
 
 class CorpusSearchBackend:

@@ -30,18 +30,18 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from venus_edge.tools.base import TextCompleter, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import URL_SCHEME, Corpus
-from venus_edge.tools.errors import DocumentNotFoundError, UnreadableDocumentError
+from venus_edge.tools.errors import DocumentNotFoundError, FetchError, UnreadableDocumentError
 from venus_edge.tools.fetch import (
     DEFAULT_USER_AGENT,
-    FetchError,
     FetchLimits,
     Resolver,
     checked_transport,
@@ -238,7 +238,7 @@ class VisitTool:
         results: list[tuple[_PageText | None, ToolFailure | None]] = [(None, None)] * len(urls)
         waiting = list(enumerate(urls))
         running: dict[int, float] = {}  # index -> deadline
-        finished: queue.SimpleQueue = queue.SimpleQueue()
+        finished: queue.SimpleQueue[tuple[int, tuple[_PageText | None, ToolFailure | None]]] = queue.SimpleQueue()
 
         def read(index: int, url: str) -> None:
             finished.put((index, self._read(url)))

@@ -34,8 +34,9 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.errors import WebSearchError
@@ -141,7 +142,7 @@ class DdgsSearchBackend:
 
     def backoff_s(self, round_index: int) -> float:
         """Seconds to sleep before round ``round_index`` (>= 1): exponential, capped, with jitter in [0.5, 1)."""
-        delay = min(self.max_backoff_s, self.base_backoff_s * 2 ** (round_index - 1))
+        delay = min(self.max_backoff_s, self.base_backoff_s * 2.0 ** (round_index - 1))
         return delay * (0.5 + 0.5 * self.rng.random())
 
     # ---- one query -------------------------------------------------------------------------------------

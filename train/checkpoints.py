@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 __all__ = ["ProgressBar", "adamw", "fingerprint", "list_checkpoints", "resume", "save_checkpoint", "save_final",
            "weight_decay_groups"]

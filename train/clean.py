@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date as Date
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from venus_edge.eval.metrics import exact_match
 from venus_edge.protocol import (
@@ -59,8 +60,8 @@ from venus_edge.tools.base import (
     validate_arguments,
     without_lone_surrogates,
 )
-from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.tools.corpus import Hit
+from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.tools.search import SEARCH_SCHEMA, format_search_observation
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.train.data import Sample

@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import date as Date
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["add_command", "run"]
 
 
-def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``train`` and its sub-commands."""
     train = commands.add_parser("train", help="prepare training data and train a checkpoint (SFT, IGPO)")
     sub = train.add_subparsers(dest="train_command", required=True, metavar="STEP")

@@ -19,12 +19,13 @@ import json
 import os
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from venus_edge.train.errors import ConfigError
 
-__all__ = ["ConfigFile", "DTYPES"]
+__all__ = ["DTYPES", "ConfigFile"]
 
 C = TypeVar("C", bound="ConfigFile")
 
@@ -191,7 +192,7 @@ def convert(value: Any, kind: Any, *, name: str, path: bool = False) -> Any:
     raise TypeError(f"no conversion to {kind!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -238,7 +239,6 @@ def _next_to(folder: Path, name: str, value: Any, *, many: bool) -> Any:
     if many and isinstance(value, (str, list)):
         items = [value] if isinstance(value, str) else value
         return [str(item if Path(str(item)).is_absolute() else folder / str(item)) for item in items]
-    if isinstance(value, str) and not Path(value).is_absolute():
-        if name == "output_dir" or (folder / value).exists():
-            return str(folder / value)
+    if isinstance(value, str) and not Path(value).is_absolute() and (name == "output_dir" or (folder / value).exists()):
+        return str(folder / value)
     return value

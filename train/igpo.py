@@ -24,19 +24,20 @@ rollout engine, the update loop) live in ``igpo_scoring`` and ``igpo_trainer``.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "AdvantageStats",
     "NORMALIZATIONS",
+    "AdvantageStats",
     "TurnReward",
     "discounted_returns",
-    "information_gains",
     "igpo_advantages",
+    "information_gains",
     "low_variance_kl",
     "policy_loss",
     "turn_advantages",
@@ -251,7 +252,7 @@ def turn_advantages(returns: Sequence[tuple[int, float]], turns: int) -> list[fl
     return values
 
 
-def low_variance_kl(logprobs: "torch.Tensor", ref_logprobs: "torch.Tensor") -> "torch.Tensor":
+def low_variance_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(policy || reference): exp(r) - r - 1 with r = ref - policy log-prob, r clamped to
     [-20, 20] and the estimate to [-10, 10] (Schulman's k3; verl ``kl_penalty(..., "low_var_kl")``)."""
     import torch
@@ -261,17 +262,17 @@ def low_variance_kl(logprobs: "torch.Tensor", ref_logprobs: "torch.Tensor") -> "
 
 
 def policy_loss(
-    logprobs: "torch.Tensor",
-    old_logprobs: "torch.Tensor",
-    advantages: "torch.Tensor",
-    mask: "torch.Tensor",
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     *,
     clip: float = 0.2,
     clip_high: float | None = None,
     dual_clip: float = 3.0,
-    ref_logprobs: "torch.Tensor | None" = None,
+    ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.001,
-) -> tuple["torch.Tensor", dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss with dual clip and a low-variance KL term, token-mean over ``mask``.
 
     Per token, with ratio = exp(logprobs - old_logprobs): L = max(-A * ratio, -A * clip(ratio, 1 - clip, 1 + clip_high));

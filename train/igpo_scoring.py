@@ -11,8 +11,9 @@ reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from venus_edge.train.igpo import PSEUDO_ANSWER_PREFIX, PSEUDO_ANSWER_SUFFIX
 
@@ -61,7 +62,7 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _answer_score(logits: "torch.Tensor", answer: PseudoAnswer) -> float:
+def _answer_score(logits: torch.Tensor, answer: PseudoAnswer) -> float:
     """Mean log-prob of the answer span; ``logits[k]`` predicts pseudo-answer token k."""
     import torch
 

@@ -39,11 +39,12 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date as Date
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar
 
 from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
 from venus_edge.train.config import ConfigFile, check_run_settings, require
@@ -282,15 +283,16 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                     local_engine.forget_cache()
                 sampling_started = time.perf_counter()  # the server's weight sync is not rollout time
 
+                # rollout reads this step's `step` and `served` (B023): every call finishes within the step
                 def rollout(job: tuple[int, int, Any]) -> Rollout:
                     q, g, example = job
                     # the agent samples turn k with seed + k: rollouts' seeds lie max_turns + 2 apart
-                    rollout_seed = ((config.seed * 7919 + step) * 100_003 + q * config.group_size + g) * (
+                    rollout_seed = ((config.seed * 7919 + step) * 100_003 + q * config.group_size + g) * (  # noqa: B023
                         config.max_turns + 2)
                     agent_config = AgentConfig(max_turns=config.max_turns, max_retries=1, sampling=sampling,
                                                seed=rollout_seed, today=today,
                                                answer_reserve_tokens=min(1024, config.n_ctx // 4))
-                    engine = local_engine if served is None else RecordingEngine(served)
+                    engine = local_engine if served is None else RecordingEngine(served)  # noqa: B023
                     return run_rollout(
                         engine, tools.get(), example.question, example.answers,
                         group=f"{q}:{example.id}", agent_config=agent_config, outcome_metric=config.outcome_metric,
@@ -397,7 +399,7 @@ class _RolloutServer:
         RolloutServerError: the sync command failed, or llama-server did not start.
     """
 
-    _GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+    _GGUF_TYPES: ClassVar[dict[str, str]] = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
     def __init__(self, config: IGPOConfig, folder: Path) -> None:
         self.config = config

@@ -7,9 +7,10 @@ cleaned samples became 18,745.
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from venus_edge.train.data import Sample
 
@@ -51,12 +52,12 @@ def resample(
     thresholds, multipliers = list(thresholds), list(multipliers)
     if len(multipliers) != len(thresholds) + 1:
         raise ValueError(f"{len(thresholds)} thresholds need {len(thresholds) + 1} multipliers, got {len(multipliers)}")
-    if any(b <= a for a, b in zip(thresholds, thresholds[1:])) or any(t < 0 for t in thresholds):
+    if any(b <= a for a, b in itertools.pairwise(thresholds)) or any(t < 0 for t in thresholds):
         raise ValueError(f"thresholds must be increasing and non-negative, got {thresholds}")
     if any(not isinstance(m, int) or m < 1 for m in multipliers):
         raise ValueError(f"multipliers must be whole numbers >= 1, got {multipliers}")
     bounds = [0, *(t + 1 for t in thresholds)]
-    labels = [f"{lo}-{hi - 1} turns" for lo, hi in zip(bounds, bounds[1:])] + [f">{thresholds[-1]} turns" if thresholds else "all"]
+    labels = [f"{lo}-{hi - 1} turns" for lo, hi in itertools.pairwise(bounds)] + [f">{thresholds[-1]} turns" if thresholds else "all"]
     counts = [0] * len(multipliers)
     out: list[Sample] = []
     for sample in samples:

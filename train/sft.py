@@ -31,9 +31,10 @@ import random
 import sys
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
 from venus_edge.train.config import ConfigFile, check_run_settings, require

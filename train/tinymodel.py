@@ -10,8 +10,9 @@ and converts to GGUF (``qwen2`` pre-tokenizer) as with the real vocabulary.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from venus_edge.protocol import (
     CONTEXT_LIMIT_NOTICE,

@@ -18,8 +18,9 @@ is shown at inference, and a page cannot close its message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from venus_edge.protocol import CONTROL_TOKEN_OPEN, GENERATION_PROMPT, IM_END, IM_START, render_parts
 from venus_edge.train.data import Rejected, Sample

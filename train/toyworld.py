@@ -34,9 +34,10 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from venus_edge.jsonl import iter_records

@@ -53,9 +53,9 @@ def append_record(path: Path, record: Any) -> None:
         os.fsync(handle.fileno())
 
 
-def iter_records(path: Path) -> Iterator[tuple[int, Any | None, str]]:
-    """``(line number, record, "")`` for each readable line, ``(line number, None, reason)`` for each torn or
-    foreign one; blank lines are left out. The caller checks the file exists."""
+def iter_records(path: Path) -> Iterator[tuple[int, Any, str]]:
+    """``(line number, record, "")`` for each readable line (the record is any JSON value), ``(line number, None,
+    reason)`` for each torn or foreign one; blank lines are left out. The caller checks the file exists."""
     data = path.read_bytes()
     for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
         if not raw.strip():

@@ -14,6 +14,7 @@ from venus_edge.tools.replay import RecordingTool, ReplayTool
 from venus_edge.tools.search import (
     DEFAULT_TOP_K,
     SEARCH_SCHEMA,
+    BackendAttempt,
     CorpusSearchBackend,
     SearchBackend,
     SearchTool,
@@ -38,7 +39,7 @@ class MergedSearchBackend:
         if not backends:
             raise ValueError("MergedSearchBackend needs at least one backend")
         self.backends = list(backends)
-        self.attempts: list[SearchAttempt] = []
+        self.attempts: list[BackendAttempt] = []
 
     def search(self, query: str, k: int) -> list[Hit]:
         ranked, errors = [], []

@@ -98,7 +98,7 @@ def test_missing_file_and_unknown_type_are_clear(tmp_path):
     with pytest.raises(ValueError, match="unsupported data file type"):
         load_examples(tmp_path / "data.txt")
     write_jsonl(tmp_path / "empty.jsonl", ['{"oops": 1}'])
-    with pytest.raises(ValueError, match="no usable question/answer row .*row 1: no question"):
+    with pytest.raises(ValueError, match=r"no usable question/answer row .*row 1: no question"):
         load_examples(tmp_path / "empty.jsonl")
 
 

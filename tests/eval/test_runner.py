@@ -4,7 +4,7 @@ torn row, the summary's figures checked by hand, the judge and the aggregation w
 from __future__ import annotations
 
 import json
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
 

@@ -137,7 +137,7 @@ def test_sharded_and_bf16_checkpoints(tiny_gguf_f32, tmp_path):
 
 def test_unsupported_architecture(tiny_checkpoint, tmp_path):
     folder = _variant(tiny_checkpoint, tmp_path, config_edit=lambda c: c.update(architectures=["MambaForCausalLM"]))
-    with pytest.raises(UnsupportedArchitectureError, match="MambaForCausalLM.*Qwen3ForCausalLM"):
+    with pytest.raises(UnsupportedArchitectureError, match=r"MambaForCausalLM.*Qwen3ForCausalLM"):
         convert_checkpoint(folder, tmp_path / "out.gguf")
     _assert_no_partial_files(tmp_path)
 
@@ -170,7 +170,7 @@ def test_tensor_shape_mismatch(tiny_checkpoint, tmp_path):
 
 def test_tokenizer_files_missing(tiny_checkpoint, tmp_path):
     folder = _variant(tiny_checkpoint, tmp_path, drop=("tokenizer.json",))
-    with pytest.raises(TokenizerFilesMissingError, match="tokenizer.json") as caught:
+    with pytest.raises(TokenizerFilesMissingError, match=r"tokenizer\.json") as caught:
         convert_checkpoint(folder, tmp_path / "out.gguf")
     assert caught.value.missing == ("tokenizer.json",)
     _assert_no_partial_files(tmp_path)
@@ -202,7 +202,7 @@ def test_disk_full_enospc_removes_partial_file_and_keeps_old_output(tiny_checkpo
         return original_write(*args, **kwargs)
 
     monkeypatch.setattr(convert_module, "_write_tensor", write_until_full)
-    with pytest.raises(DiskFullError, match="No space left on device.*partial file was removed"):
+    with pytest.raises(DiskFullError, match=r"No space left on device.*partial file was removed"):
         convert_checkpoint(tiny_checkpoint, out, out_type="f16")
     assert out.read_bytes() == b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["out.gguf"]

@@ -10,13 +10,13 @@ import subprocess
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 
 import pytest
-
 from charset_pages import CHARSET_PAGES  # tests/tools is on sys.path (pytest's prepend import mode)
+
 from venus_edge.tools.corpus import Corpus
 
 DOCS_ROOT = Path("/usr/share/doc/python3.11/html")
@@ -169,7 +169,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # keep test output quiet
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path.startswith("/docs/"):
             file = (self.docs_root / path[len("/docs/") :]).resolve()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from charset_pages import CHARSET_CASES, GERMAN
+
 from venus_edge.tools.charset import decode_text
 from venus_edge.tools.corpus import Corpus
 from venus_edge.tools.fetch import FetchLimits, fetch_page

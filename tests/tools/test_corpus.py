@@ -148,7 +148,7 @@ def test_pdfs_are_indexed_read_and_broken_ones_skipped(tmp_path: Path, pdf_sampl
     assert hits[0].title == "Field report on sample KX-7 (draft)"
     document = corpus.read(hits[0].url)
     assert document.content_type == "application/pdf" and "412 kelvin" in document.html_or_text
-    with pytest.raises(UnreadableDocumentError, match="broken.pdf cannot be read: the PDF could not be read"):
+    with pytest.raises(UnreadableDocumentError, match=r"broken\.pdf cannot be read: the PDF could not be read"):
         corpus.read("corpus://papers/broken.pdf")
 
     # visit reads the PDF's second page for the goal, and a PDF broken after indexing is a typed failure
@@ -185,7 +185,7 @@ def test_reindex_extracts_only_new_and_changed_files(tmp_path: Path) -> None:
 
 def test_folder_of_only_unreadable_files_is_an_empty_corpus(tmp_path: Path) -> None:
     (tmp_path / "a.pdf").write_bytes(b"%PDF-1.4 broken")
-    with pytest.raises(EmptyCorpusError, match="a.pdf"):
+    with pytest.raises(EmptyCorpusError, match=r"a\.pdf"):
         Corpus.open(tmp_path, index_dir=tmp_path / "index")
 
 

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import lxml.html
+import pytest
 import trafilatura
 
 from venus_edge.tools.passages import (

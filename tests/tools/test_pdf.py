@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import time
-from typing import Callable
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from venus_edge.tools import FetchError, FetchLimits, VisitTool
-from venus_edge.tools.fetch import fetch_page
 from venus_edge.tools.errors import PdfError
+from venus_edge.tools.fetch import fetch_page
 from venus_edge.tools.pdf import looks_like_pdf, pdf_text, pdf_text_isolated
 from venus_edge.tools.visit import UNREADABLE_EVIDENCE
 
@@ -65,7 +64,8 @@ def test_pdf_text_limits_pages_and_rejects_non_pdfs(server_url: str) -> None:
 
 def test_a_pdf_that_is_slow_to_read_is_stopped_at_the_deadline(slow_pdf: Callable[[int], bytes]) -> None:
     """The PDF is read in a child process that is killed at the fetch's deadline; the text of a small one of
-    the same shape comes back whole."""
+    the same shape comes back whole. Unbounded, pypdf would finish and return the text: "took longer than" says
+    the deadline stopped it (how soon after the deadline: benchmarks/bench_deadlines.py)."""
     assert pdf_text_isolated(slow_pdf(3), timeout_s=30) == "walrus" * 3
     slow = slow_pdf(300_000)
     assert len(slow) < 20_000
@@ -74,9 +74,6 @@ def test_a_pdf_that_is_slow_to_read_is_stopped_at_the_deadline(slow_pdf: Callabl
         return httpx.Response(200, headers={"Content-Type": "application/pdf"}, content=slow)
 
     limits = FetchLimits(total_timeout_s=2.0)
-    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
-        start = time.monotonic()
-        with pytest.raises(FetchError) as info:
-            fetch_page(client, "http://93.184.216.34/slow.pdf", limits, resolve=lambda host, port: [host])
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client, pytest.raises(FetchError) as info:
+        fetch_page(client, "http://93.184.216.34/slow.pdf", limits, resolve=lambda host, port: [host])
     assert info.value.kind == "not_text" and "took longer than" in info.value.detail
-    assert time.monotonic() - start < 2.0 + 3.0, "stopped near the deadline, not after pypdf finished"

@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -96,7 +96,7 @@ def test_installed_plugin_is_discovered_and_called_through_the_registry(installe
     assert registry.schemas[1]["function"]["name"] == "echo"
     assert registry.call("echo", {"text": "hello"}).text == "heard: hello"
     assert registry.call("echo", {"text": "hello", "volume": 11}).text == "heard: hello", "outside the schema: dropped"
-    with pytest.raises(ToolArgumentError, match="Missing required argument.*text"):
+    with pytest.raises(ToolArgumentError, match=r"Missing required argument.*text"):
         registry.call("echo", {"volume": 11})
 
 

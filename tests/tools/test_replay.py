@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from venus_edge.tools import Tool, ToolRegistry, ToolResult, VisitTool
-from venus_edge.tools.corpus import Corpus
 from venus_edge.tools.base import call_key, coerce_arguments
+from venus_edge.tools.corpus import Corpus
 from venus_edge.tools.replay import RecordingTool, ReplayTool, ToolCache
 from venus_edge.tools.search import SEARCH_SCHEMA, CorpusSearchBackend, SearchTool
 

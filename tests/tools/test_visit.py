@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from venus_edge.tools import ToolRegistry
 from venus_edge.tools.corpus import Corpus
 from venus_edge.tools.fetch import FetchLimits, checked_transport
-from venus_edge.tools.visit import READ_GRACE_S, VisitTool, format_visit_section, parse_extraction
+from venus_edge.tools.visit import VisitTool, format_visit_section, parse_extraction
 
 VISIT_SCHEMA_TEXT = (
     '{"type": "function", "function": {"name": "visit", "description": "Visit webpage(s) and return the summary of '
@@ -210,7 +209,7 @@ def test_urls_of_one_call_are_fetched_concurrently(server_url: str) -> None:
 
 
 def test_connection_refused_is_unreachable() -> None:
-    text, visited, failures = visit_http("http://127.0.0.1:1/")
+    _text, visited, failures = visit_http("http://127.0.0.1:1/")
     assert failures[0].kind == "unreachable" and visited == ()
 
 
@@ -361,7 +360,7 @@ def test_compressed_bodies_are_capped_after_decoding(server_url: str, path: str,
     """40 KB of gzip that would inflate to 40 MB stops at max_bytes (100 KB here), inflated step by step; stacked
     or broken encodings are typed failures and never raise into the caller."""
     url = f"{server_url}{path}"
-    text, visited, failures = visit_http(url)
+    text, _visited, failures = visit_http(url)
     assert [f.kind for f in failures] == [kind] and detail in failures[0].detail, failures
     assert text == unreadable(url, "When was tomllib added?").strip()
 
@@ -376,17 +375,15 @@ def test_a_gzip_page_is_read_and_a_broken_one_does_not_sink_the_others(server_ur
 
 def test_the_total_time_limit_holds_across_redirects_and_dripped_headers(server_url: str) -> None:
     """Each redirect hop waits 0.4 s and each header byte 0.2 s: no single read times out, the whole fetch
-    does, within total_timeout_s (plus visit's grace for the dripping server)."""
+    does (the drip: visit leaves the read behind READ_GRACE_S after total_timeout_s). Unbounded, the hops would
+    end at max_redirects after 8 s and the drip when the server closes after 20 s, neither a timeout; how soon
+    after the deadline each stops is measured in benchmarks/bench_deadlines.py."""
     limits = FetchLimits(read_timeout_s=1.0, total_timeout_s=1.0, max_redirects=20)
     with VisitTool(limits=limits, allowed_networks=["127.0.0.1/32"]) as tool:
-        start = time.monotonic()
         hops = tool({"url": f"{server_url}/hop-0", "goal": "g"})
-        after_hops = time.monotonic()
         drip = tool({"url": f"{server_url}/drip", "goal": "g"})
-        after_drip = time.monotonic()
-    # Unbounded, the 20 hops would take 8 s and the drip 20 s; the margins allow for a loaded machine.
-    assert [f.kind for f in hops.failures] == ["timeout"] and after_hops - start < 1.0 + 0.4 + 2.0
-    assert [f.kind for f in drip.failures] == ["timeout"] and after_drip - after_hops < 1.0 + READ_GRACE_S + 2.0
+    assert [f.kind for f in hops.failures] == ["timeout"]
+    assert [f.kind for f in drip.failures] == ["timeout"]
 
 
 def test_a_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -397,7 +394,7 @@ def test_a_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             seen.append(self.path)
             body = b"<html><body><p>Served by the proxy for the frobnicator question.</p></body></html>"
             self.send_response(200)

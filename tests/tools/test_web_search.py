@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("ddgs", reason="the web extra is not installed: pip install 'venus-edge[web]'")
 
-from venus_edge.tools.base import ToolAttempt  # noqa: E402
-from venus_edge.tools.search import BackendAttempt, SearchTool  # noqa: E402
-from venus_edge.tools.errors import WebSearchError  # noqa: E402
-from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, region_for, split_snippet_date  # noqa: E402
+from venus_edge.tools.base import ToolAttempt
+from venus_edge.tools.errors import WebSearchError
+from venus_edge.tools.search import BackendAttempt, SearchTool
+from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, region_for, split_snippet_date
 
 DDG_HOST, BRAVE_HOST, MOJEEK_HOST = "html.duckduckgo.com", "search.brave.com", "www.mojeek.com"
 
@@ -248,7 +248,7 @@ def test_chinese_queries_use_a_chinese_region(web: FakeWeb) -> None:
 
 
 def test_configuration_errors_name_the_choices(web: FakeWeb) -> None:
-    with pytest.raises(ValueError, match="available: .*duckduckgo"):
+    with pytest.raises(ValueError, match=r"available: .*duckduckgo"):
         backend(engines=("duckduckgo", "altavista")).search("q", 10)
     with pytest.raises(ValueError, match="max_rounds"):
         DdgsSearchBackend(max_rounds=0)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # rich is imported when a bar is shown
+    from rich.progress import Progress, TaskID
 
 __all__ = ["add_command", "run"]
 
@@ -33,7 +36,7 @@ def _kv_types(text: str) -> tuple[str, ...]:
     return values
 
 
-def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``bench`` (its parser imports nothing heavy)."""
     bench = commands.add_parser("bench", help="measure load, memory, prefill, decode, a session and quality of GGUFs")
     bench.add_argument("models", nargs="+", metavar="MODEL", help="GGUF files (e.g. Q8_0, Q6_K, Q4_K_M of one "
@@ -97,7 +100,9 @@ class _progress_bar:
     """A rich progress bar on stderr advanced once per stage (nothing when quiet or rich is missing)."""
 
     def __init__(self, total: int, *, quiet: bool) -> None:
-        self.total, self.quiet, self.bar, self.task = total, quiet, None, None
+        self.total, self.quiet = total, quiet
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
     def __enter__(self) -> Any:
         if not self.quiet:
@@ -114,7 +119,7 @@ class _progress_bar:
         return self.advance
 
     def advance(self, description: str) -> None:
-        if self.bar is not None:
+        if self.bar is not None and self.task is not None:
             self.bar.update(self.task, advance=1, description=description)
 
     def __exit__(self, *exc: object) -> None:

@@ -26,9 +26,10 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from venus_edge.trajectory import Trajectory, read_journal
 __all__ = ["BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token", "llama_bench_path", "load_session",
            "measure_config", "memory_bandwidth", "replay_session", "shipped_session_path"]
 
-GREEDY_DECODE = dict(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
+GREEDY_DECODE = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
 #: A text small models continue for a long time: decode figures need the model not to stop early.
 COUNTING_PROMPT = "<|im_start|>user\nCount from 1 to 1000, separated by commas.<|im_end|>\n<|im_start|>assistant\n1, 2, 3,"
 FILLER = ("The lighthouse keeper wrote the weather into the log every hour: wind, sea state, visibility and the "
@@ -136,7 +137,8 @@ class ConfigResult:
     skipped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self), default=str))
+        plain: dict[str, Any] = json.loads(json.dumps(asdict(self), default=str))  # paths and keys as JSON has them
+        return plain
 
 
 # ---------------------------------------------------------------------------------------------- the machine
@@ -231,7 +233,7 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
             for _ in range(config.repeats):
                 salt += 1
                 completion = engine.generate(_fresh_prompt(engine, _filler_ids(engine, length), salt),
-                                             sampling=SamplingParams(**GREEDY_DECODE, max_tokens=1))
+                                             sampling=replace(GREEDY_DECODE, max_tokens=1))
                 assert completion.stats.prompt_tokens_reused == 0, "a prefill test reused the KV cache"
                 speeds.append(completion.stats.prefill_tokens_per_s)
             result.prefill[length] = max(speeds)
@@ -243,8 +245,8 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
         for _ in range(config.repeats):
             salt += 1
             engine.generate(_fresh_prompt(engine, _filler_ids(engine, 8), salt),
-                            sampling=SamplingParams(**GREEDY_DECODE, max_tokens=1))  # evict the first turn
-            completion = engine.generate(first_turn, sampling=SamplingParams(**GREEDY_DECODE, max_tokens=1))
+                            sampling=replace(GREEDY_DECODE, max_tokens=1))  # evict the first turn
+            completion = engine.generate(first_turn, sampling=replace(GREEDY_DECODE, max_tokens=1))
             ttfts.append(completion.stats.prefill_s)
         result.ttft_s, result.ttft_prompt_tokens = min(ttfts), len(first_turn)
         if session is not None:
@@ -257,8 +259,8 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
                 prompt = _decode_prompt(engine, depth)
                 ours, theirs = [], []
                 for _ in range(config.repeats):
-                    ours.append(engine.generate(prompt, sampling=SamplingParams(
-                        **GREEDY_DECODE, max_tokens=config.decode_tokens)).stats)
+                    sampling = replace(GREEDY_DECODE, max_tokens=config.decode_tokens)
+                    ours.append(engine.generate(prompt, sampling=sampling).stats)
                     theirs.append(raw.decode_speed(prompt, config.decode_tokens))
                 best = max(ours, key=lambda stats: stats.decode_tokens_per_s)
                 result.decode[depth] = best.decode_tokens_per_s
@@ -371,7 +373,7 @@ def replay_session(engine: LlamaCppEngine, trajectory: Trajectory, *,
         budget = min(max_tokens, max(1, len(recorded)), engine.n_ctx - len(prompt) - 1)
         if budget < 1:
             break
-        stats = engine.generate(prompt, sampling=SamplingParams(**GREEDY_DECODE, max_tokens=budget)).stats
+        stats = engine.generate(prompt, sampling=replace(GREEDY_DECODE, max_tokens=budget)).stats
         turns.append({"prompt_tokens": stats.prompt_tokens, "evaluated": stats.prompt_tokens_evaluated,
                       "reused": stats.prompt_tokens_reused, "decoded": stats.tokens_decoded,
                       "prefill_s": round(stats.prefill_s, 4), "decode_s": round(stats.decode_s, 4),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import Callable, Sequence
 
 import venus_edge.protocol as protocol
 from venus_edge.bench.measure import BenchConfig, ConfigResult, measure_config, memory_bandwidth
@@ -53,7 +54,7 @@ def run_bench(
         raise ValueError("give at least one model")
     results: list[ConfigResult] = []
     for config in configs:
-        results.append(measure_config(config, session=session, progress=lambda stage: progress(config, stage)))
+        results.append(measure_config(config, session=session, progress=functools.partial(progress, config)))
     if reference is not None:
         _add_quality(results, reference, session)
     bandwidth = memory_bandwidth(threads=max(c.threads for c in configs)) if measure_bandwidth else 0.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from venus_edge.engines.base import TextCompleter
 from venus_edge.eval.metrics import normalize_answer

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from venus_edge.eval.aggregate import AGGREGATORS
 
@@ -24,7 +25,7 @@ __all__ = ["add_command", "run"]
 
 
 
-def add_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``eval`` with the session flags of ``research``."""
     from venus_edge.session import add_session_arguments
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         try:
             judge = LLMJudge(judge_engine) if judge_engine is not None else None
 
-            def sample(example: "EvalExample", indices: Sequence[int]) -> Iterator[tuple[int, "Result"]]:
+            def sample(example: EvalExample, indices: Sequence[int]) -> Iterator[tuple[int, Result]]:
                 return rollouts(session, example.question, indices, trajectory_path=out / TRAJECTORIES_FILE)
 
             with _ProgressBar(len(loaded.examples) * args.k, quiet=args.quiet) as bar:
@@ -109,7 +110,7 @@ class _ProgressBar:
         self.total, self.quiet = total, quiet
         self.correct = self.done = 0
 
-    def __enter__(self) -> "_ProgressBar":
+    def __enter__(self) -> _ProgressBar:
         if not self.quiet:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -121,7 +122,7 @@ class _ProgressBar:
             self.task = self.progress.add_task("eval", total=self.total, accuracy="-")
         return self
 
-    def advance(self, row: "EvalRow") -> None:
+    def advance(self, row: EvalRow) -> None:
         self.done += 1
         self.correct += row.correct
         if not self.quiet:

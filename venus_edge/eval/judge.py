@@ -17,8 +17,9 @@ then reported as failed.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from venus_edge.engines.base import TextCompleter
 

@@ -13,7 +13,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["exact_match", "normalize_answer", "pass_at_k", "token_f1"]
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from venus_edge.engines.base import TextCompleter
 from venus_edge.eval.aggregate import aggregate_answers
@@ -59,10 +60,10 @@ def summarize(
         **pass_at_ks(((q["samples"], q["correct"]) for q in answered), min(k, min((q["samples"] for q in answered), default=k))),
         "em": _mean(r.em for r in rows), "f1": _mean(r.f1 for r in rows),
     }
-    judged = [r for r in rows if r.judge is not None]
-    if judged:
-        data["judge_accuracy"] = _mean(float(bool(r.judge["correct"])) for r in judged)
-        data["judge_failures"] = sum(r.judge["correct"] is None for r in judged)
+    judgements = [r.judge for r in rows if r.judge is not None]
+    if judgements:
+        data["judge_accuracy"] = _mean(float(bool(j["correct"])) for j in judgements)
+        data["judge_failures"] = sum(j["correct"] is None for j in judgements)
     if aggregate:
         data[f"{aggregate}@{k}"] = _mean(float(q.get("aggregated_correct", False)) for q in answered)
     for name in ("turns", "tool_calls", "tokens_decoded", "prompt_tokens_evaluated", "prompt_tokens_reused",

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 import os
-
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from venus_edge.agent import Result
 from venus_edge.engines.base import TextCompleter

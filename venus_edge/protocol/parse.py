@@ -18,10 +18,12 @@ Every scan moves forward only, so parsing is linear in the turn's length (a turn
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 import json5
 import json_repair
@@ -397,7 +399,7 @@ def _stray_text(tail: str, blocks: list[_Block], errors: list[FormatError]) -> N
         return
     if tail[: blocks[0].start].strip():
         errors.append(FormatError("text_before_action", "There is text between </think> and the action.", fatal=False))
-    between = "".join(tail[a.end : b.start] for a, b in zip(blocks, blocks[1:])) + tail[blocks[-1].end :]
+    between = "".join(tail[a.end : b.start] for a, b in itertools.pairwise(blocks)) + tail[blocks[-1].end :]
     if between.strip():
         errors.append(FormatError("text_after_action", "There is text after the action.", fatal=False))
 

@@ -10,8 +10,9 @@ check follows ``RL/verl/utils/reward_score/format_checker.py`` as summarized in 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date as Date
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 __all__ = [
     "ANSWER_CLOSE",
