@@ -30,8 +30,8 @@ QUESTION = "Which Python version added the tomllib module, and what does tomllib
 
 
 @pytest.fixture(scope="module")
-def engine(smollm2_gguf):
-    with LlamaCppEngine(smollm2_gguf, n_ctx=N_CTX, seed=3) as engine:
+def engine(smollm2_gguf, real_model_run):
+    with LlamaCppEngine(smollm2_gguf, n_ctx=N_CTX, **real_model_run.engine_args(seed=3)) as engine:
         yield engine
 
 
@@ -56,13 +56,13 @@ def tools(docs_corpus, engine):
     return [PaddedSearch(search, padding)]
 
 
-def research(engine, tools, journal, policy):
+def research(engine, tools, journal, policy, seed):
     # Short strict turns (a grammar's cost grows with its bounds): a turn is at most max_tokens=200 tokens, so the
     # answer reserve stays under 250 and a stubbed or restarted conversation of a few turns fits in 0.75 of the
     # budget. keep_last=0: every result is stubbed at the budget.
     config = AgentConfig(
         strict=True, min_tool_calls=5, max_turns=5, answer_reserve_tokens=150, context_policy=policy, keep_last=0,
-        max_summaries=1, seed=3, sampling=SamplingParams(max_tokens=200),
+        max_summaries=1, seed=seed, sampling=SamplingParams(max_tokens=200),
         grammar_limits=GrammarLimits(reasoning_chars=60, string_chars=40, list_items=1, answer_chars=120),
     )
     agent = Agent(engine, tools, config=config, trajectory_path=journal)
@@ -70,9 +70,10 @@ def research(engine, tools, journal, policy):
 
 
 @pytest.fixture(scope="module")
-def runs(engine, tools, tmp_path_factory):
+def runs(engine, tools, tmp_path_factory, real_model_run):
     folder = tmp_path_factory.mktemp("policies")
-    return {policy: research(engine, tools, folder / f"{policy}.jsonl", policy) + (folder / f"{policy}.jsonl",)
+    seed = real_model_run.seed(3)
+    return {policy: research(engine, tools, folder / f"{policy}.jsonl", policy, seed) + (folder / f"{policy}.jsonl",)
             for policy in ("force-answer", "keep-last-k", "summarize")}
 
 
