@@ -16,9 +16,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from venus_edge.errors import VenusEdgeError
+
+if TYPE_CHECKING:  # evaluate imports numpy and llama_cpp; the commands import it when they run
+    from .evaluate import QuantComparison, VerificationRow, VerificationTable
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -161,8 +164,9 @@ def _calibration_text(args: argparse.Namespace) -> str:
 
     if args.calibration is None:
         return CALIBRATION_TEXT
+    calibration_path: Path = args.calibration
     try:
-        return args.calibration.read_text(encoding="utf-8")
+        return calibration_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise QuantizeError(f"cannot read calibration text {args.calibration}: {error}") from error
 
@@ -199,7 +203,9 @@ def _quantize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _convert_base(args: argparse.Namespace, folder: Path, name: str, progress: _Progress):
+def _convert_base(
+    args: argparse.Namespace, folder: Path, name: str, progress: _Progress,
+) -> tuple[Path, VerificationTable]:
     """Step 1 (and the HF parity step): the base GGUF and the table with its row."""
     from .convert import convert_checkpoint
     from .evaluate import VerificationRow, VerificationTable, agentic_check, compare_to_hf
@@ -221,7 +227,9 @@ def _convert_base(args: argparse.Namespace, folder: Path, name: str, progress: _
     return base_path, VerificationTable(reference=base_path.name, rows=[row])
 
 
-def _quantize_and_verify(args: argparse.Namespace, base_path: Path, name: str, qtype: str, progress: _Progress, calibration: str):
+def _quantize_and_verify(
+    args: argparse.Namespace, base_path: Path, name: str, qtype: str, progress: _Progress, calibration: str,
+) -> tuple[VerificationRow, QuantComparison]:
     """Quantize the base to `qtype`, then KL / top-1 / perplexity against the base and the agentic check."""
     from .evaluate import VerificationRow, agentic_check, compare_quant
     from .quantize import quantize_gguf

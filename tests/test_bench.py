@@ -12,8 +12,8 @@ import pytest
 from venus_edge.bench import (
     BenchConfig,
     bandwidth_limit,
-    load_session,
     llama_bench_path,
+    load_session,
     memory_bandwidth,
     pick_reference,
     replay_session,

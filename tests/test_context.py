@@ -13,8 +13,7 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engines.base import SamplingParams
 from venus_edge.errors import ContextSettingsError
 from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
-from venus_edge.policies import CompactionContext, KeepLastK, Summarize, make_policy
-from venus_edge.policies import ContextPolicy, Compaction
+from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, KeepLastK, Summarize, make_policy
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_journal, rebuild_messages

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -196,10 +197,10 @@ class FlakyProxy:
                 self.end_headers()
                 self.wfile.write(reply.content)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 self._forward("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._forward("POST")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

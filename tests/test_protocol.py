@@ -16,7 +16,6 @@ from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 
 
-
 def _conversation() -> list[dict[str, str]]:
     """A multi-turn trajectory in the reference shape: search, visit, a malformed turn, an answer."""
     search = '{"name": "search", "arguments": {"query": ["tomllib added python version"]}}'

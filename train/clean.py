@@ -314,7 +314,7 @@ def drop_duplicate_calls(sample: Sample, context: CleanContext) -> Sample:
         arguments = coerce_arguments(schema, call.arguments).arguments
         values = arguments.get({"search": "query", "visit": "url"}.get(call.name, ""))
         if values is None:
-            key = (call.name, (call_key(call.name, arguments),))
+            key: tuple[str, tuple[str, ...]] = (call.name, (call_key(call.name, arguments),))
         else:
             key = (call.name, tuple(sorted({str(v).strip() for v in as_list(values)})))
         if key in seen:

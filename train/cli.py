@@ -107,8 +107,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _toy_world(args)
     if args.train_command == "tiny-model":
         return _tiny_model(args)
-    parser.error(f"unknown train step {args.train_command!r}")
-    return 2
+    parser.error(f"unknown train step {args.train_command!r}")  # exits (status 2)
 
 
 def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -135,7 +134,7 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     lines = [f"# Cleaning {', '.join(str(p) for p in args.inputs)}", ""]
     if loaded.rejected:
         lines += [f"{len(loaded.rejected)} rows not read:", "", "| reason | rows | first example |", "|---|---|---|"]
-        firsts = {}
+        firsts: dict[str, str] = {}
         for rejected in loaded.rejected:
             firsts.setdefault(rejected.reason.split(":")[0], f"{rejected.source}: {rejected.reason}")
         lines += [f"| {reason} | {n} | {firsts[reason]} |" for reason, n in loaded.reasons().most_common()]

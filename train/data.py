@@ -136,7 +136,8 @@ def sample_from_row(row: Mapping[str, Any], source: str = "") -> Sample:
     Raises:
         ValueError: the row cannot be a sample; the message says why.
     """
-    meta = row.get("meta") if isinstance(row.get("meta"), Mapping) else {}
+    meta_value = row.get("meta")
+    meta: Mapping[str, Any] = meta_value if isinstance(meta_value, Mapping) else {}
     if "messages" in row:
         raw, keys = _as_list(row["messages"], "messages"), ("role", "content")
     elif "conversations" in row:

@@ -201,7 +201,7 @@ def igpo_advantages(
                   for rollout, values in zip(ordered, normalized)]
     raw_outcomes = [r.value for rollout in ordered for r in rollout if r.is_outcome]
     raw_turns = [r.value for rollout in ordered for r in rollout if not r.is_outcome]
-    stats = AdvantageStats(
+    advantage_stats = AdvantageStats(
         ig_scale=scale,
         outcome_mean=sum(raw_outcomes) / len(raw_outcomes) if raw_outcomes else 0.0,
         turn_reward_mean=sum(raw_turns) / len(raw_turns) if raw_turns else 0.0,
@@ -209,7 +209,7 @@ def igpo_advantages(
         all_same_outcome_groups=same_outcome,
         groups=len(members),
     )
-    return advantages, stats
+    return advantages, advantage_stats
 
 
 def discounted_returns(rewards: Sequence[tuple[int, float]], gamma: float) -> list[tuple[int, float]]:

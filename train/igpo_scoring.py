@@ -32,7 +32,7 @@ class PseudoAnswer:
     end: int
 
 
-def pseudo_answer(answer: str, encode: Callable[[str], Any]) -> PseudoAnswer:
+def pseudo_answer(answer: str, encode: Callable[..., Any]) -> PseudoAnswer:
     """Tokenize the pseudo-answer for ``answer`` and find the tokens that carry the answer's characters.
 
     Args:
@@ -109,6 +109,7 @@ def score_boundaries(model: Any, sequence: Sequence[int], boundaries: Sequence[i
                 fed = boundary
             answer_ids = torch.tensor([list(answer.token_ids)], device=device)
             logits = model(input_ids=answer_ids, use_cache=True, **{keyword: cache}).logits[0]
+            assert last_logits is not None, "boundaries are >= 1 (_check), so the first one fed the context"
             scores[index] = _answer_score(torch.cat([last_logits, logits[:-1]]), answer)
             cache.crop(-len(answer.token_ids))  # a negative length removes the last tokens (all versions)
     return scores

@@ -7,8 +7,9 @@ llama.cpp's (``grammars/README.md``). Measured facts behind the bounds: TEST_MOD
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 __all__ = ["GrammarLimits"]
 

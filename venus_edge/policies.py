@@ -25,8 +25,9 @@ context_policy=...)`` or register its name in ``POLICIES``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import venus_edge.protocol as protocol
 

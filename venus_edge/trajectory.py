@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from venus_edge.errors import TrajectoryError
 from venus_edge.jsonl import append_record, iter_records

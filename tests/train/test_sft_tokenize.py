@@ -7,8 +7,15 @@ import json
 import pytest
 
 from venus_edge.engines.llama_cpp import LlamaCppEngine
-from venus_edge.protocol import GENERATION_PROMPT, IM_END, IM_START, observation, render_parts, render_system_prompt
-from venus_edge.protocol import tokenize_message
+from venus_edge.protocol import (
+    GENERATION_PROMPT,
+    IM_END,
+    IM_START,
+    observation,
+    render_parts,
+    render_system_prompt,
+    tokenize_message,
+)
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.train.data import Sample

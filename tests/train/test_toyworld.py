@@ -10,8 +10,14 @@ import pytest
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.testing import ScriptedEngine
 from venus_edge.toolbox import default_tools
-from venus_edge.train.toyworld import (OracleGaveUp, ToyQuestion, generate_world, oracle_policy, research_errors,
-                                      run_oracle)
+from venus_edge.train.toyworld import (
+    OracleGaveUp,
+    ToyQuestion,
+    generate_world,
+    oracle_policy,
+    research_errors,
+    run_oracle,
+)
 
 
 def test_the_same_seed_writes_the_same_world(tmp_path):
