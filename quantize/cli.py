@@ -44,7 +44,8 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     quantize.add_argument("--base-type", default="f16", choices=_BASE_TYPES, help="type of the base GGUF (default f16)")
     quantize.add_argument("--calibration", type=Path, default=None, metavar="FILE",
                           help="calibration text file for KL / top-1 / perplexity (default: a built-in text)")
-    quantize.add_argument("--n-ctx", type=int, default=256, metavar="N", help="calibration tokens at most (default 256)")
+    quantize.add_argument("--n-ctx", type=int, default=256, metavar="N",
+                          help="calibration tokens at most (default 256)")
     quantize.add_argument("--agentic-tokens", type=int, default=16, metavar="N",
                           help="new tokens per agentic-check turn (default 16); 0 skips the agentic check")
     quantize.add_argument("--hf-parity", action="store_true",
@@ -151,7 +152,8 @@ def _parse_types(args: argparse.Namespace) -> list[str]:
     unknown = [t for t in types if t not in _QUANT_TYPES]
     if not types or unknown:
         args._command_parser.error(
-            f"--types {args.types!r}: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(_QUANT_TYPES)}"
+            f"--types {args.types!r}: unknown {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(_QUANT_TYPES)}"
         )
     if args.n_ctx < 8:
         args._command_parser.error(f"--n-ctx must be at least 8, got {args.n_ctx}")
@@ -219,8 +221,9 @@ def _convert_base(
         progress.start("compare the base GGUF with the checkpoint in transformers")
         parity = compare_to_hf(base_path, folder)
         row.max_abs_logit_diff, row.tokenization_match = parity.max_abs_logit_diff, parity.tokenization_match
+        differing = f"{len(parity.tokenization_mismatches)} texts differ"
         progress.done(f"max |dlogit| {parity.max_abs_logit_diff:.2e}, tokenization "
-                      f"{'identical' if parity.tokenization_match else f'{len(parity.tokenization_mismatches)} texts differ'}")
+                      f"{'identical' if parity.tokenization_match else differing}")
     if args.agentic_tokens > 0:
         agentic = agentic_check(base_path, max_tokens=args.agentic_tokens)
         row.agentic_failed, row.agentic_total = agentic.n_failed, agentic.n_prompts

@@ -52,7 +52,9 @@ from .errors import (
 from .output import check_output_path, temporary_output
 from .qwen_tokenizer import QWEN2_SPLIT_PATTERN
 
-__all__ = ["ARCHITECTURES", "OUT_TYPES", "STREAM_CHUNK_BYTES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint"]
+__all__ = [
+    "ARCHITECTURES", "OUT_TYPES", "STREAM_CHUNK_BYTES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint",
+]
 
 
 @dataclass(frozen=True)
@@ -360,7 +362,9 @@ def _add_tensor_infos(writer: gguf.GGUFWriter, planned: list[_PlannedTensor]) ->
         writer.add_tensor_info(item.gguf_name, byte_shape, np.dtype(np.uint8), item.nbytes, raw_dtype=item.qtype)
 
 
-def _write_tensor(out: io.BufferedWriter, source: io.RawIOBase, path: Path, item: _PlannedTensor, chunk_bytes: int) -> None:
+def _write_tensor(
+    out: io.BufferedWriter, source: io.RawIOBase, path: Path, item: _PlannedTensor, chunk_bytes: int,
+) -> None:
     """Encode and append one tensor block by block; the bytes are those of encoding it whole."""
     written = 0
     for block in _row_blocks(source, path, item.source, chunk_bytes):
@@ -371,7 +375,9 @@ def _write_tensor(out: io.BufferedWriter, source: io.RawIOBase, path: Path, item
         raise ConversionError(f"{item.source.name}: encoded {written} bytes; the GGUF tensor info says {item.nbytes}.")
 
 
-def _write_tensors(writer: gguf.GGUFWriter, folder: Path, planned: list[_PlannedTensor], chunk_bytes: int | None = None) -> None:
+def _write_tensors(
+    writer: gguf.GGUFWriter, folder: Path, planned: list[_PlannedTensor], chunk_bytes: int | None = None
+) -> None:
     """Write the tensor data section, in plan order, after the writer has written the tensor infos.
 
     The layout is that of `GGUFWriter.write_tensor_data` (gguf-py gguf_writer.py): zeros up to the writer's
@@ -510,7 +516,9 @@ def _is_disk_full(error: OSError) -> bool:
     return error.errno in _DISK_FULL_ERRNOS
 
 
-def _write_gguf(writer: gguf.GGUFWriter, path: Path, folder: Path, planned: list[_PlannedTensor], out_path: Path) -> None:
+def _write_gguf(
+    writer: gguf.GGUFWriter, path: Path, folder: Path, planned: list[_PlannedTensor], out_path: Path
+) -> None:
     needed_bytes = sum(item.nbytes for item in planned)
     try:
         writer.write_header_to_file(path=path)
@@ -530,7 +538,9 @@ def _write_gguf(writer: gguf.GGUFWriter, path: Path, folder: Path, planned: list
         raise
 
 
-def convert_checkpoint(source: str | os.PathLike[str], out_path: str | os.PathLike[str], *, out_type: str = "f16") -> Path:
+def convert_checkpoint(
+    source: str | os.PathLike[str], out_path: str | os.PathLike[str], *, out_type: str = "f16"
+) -> Path:
     """Convert a Qwen3 (or Qwen2) safetensors checkpoint to a GGUF file.
 
     Args:

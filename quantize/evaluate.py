@@ -451,7 +451,8 @@ class VerificationTable:
     def to_markdown(self) -> str:
         """A GitHub Markdown table, then the list of fallback tensors if any."""
         lines = [
-            f"Reference: `{self.reference}`" + (f"; calibration {self.calibration_tokens} tokens" if self.calibration_tokens else ""),
+            f"Reference: `{self.reference}`"
+            + (f"; calibration {self.calibration_tokens} tokens" if self.calibration_tokens else ""),
             "",
             "| " + " | ".join(header for header, _, _ in _COLUMNS) + " |",
             "|" + "|".join("---" for _ in _COLUMNS) + "|",

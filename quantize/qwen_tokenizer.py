@@ -188,7 +188,8 @@ def qwen3_tokenizer_json() -> str:
     for offset, (content, special) in enumerate(QWEN3_ADDED_TOKENS):
         tokenizer.add_tokens([_added_token(content, special)])
         token_id = tokenizer.token_to_id(content)
-        assert token_id == QWEN3_FIRST_ADDED_ID + offset, f"{content} got id {token_id}, expected {QWEN3_FIRST_ADDED_ID + offset}"
+        expected_id = QWEN3_FIRST_ADDED_ID + offset
+        assert token_id == expected_id, f"{content} got id {token_id}, expected {expected_id}"
     return tokenizer.to_str()
 
 
@@ -213,11 +214,20 @@ def train_small_bpe(
     """
     from tokenizers import trainers
 
-    tokenizer = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
-                                     fuse_unk=False, byte_fallback=False))
+    tokenizer = Tokenizer(
+        models.BPE(
+            unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False
+        )
+    )
     _set_qwen_pipeline(tokenizer)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, max_token_length=32,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        show_progress=False,
+        max_token_length=32,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     first_added = tokenizer.get_vocab_size()
     for content, special in QWEN3_ADDED_TOKENS:
@@ -233,8 +243,12 @@ def train_small_bpe(
 def _tokenizer_config(chat_template: str | None, first_added_id: int = QWEN3_FIRST_ADDED_ID) -> dict[str, Any]:
     decoder = {
         str(first_added_id + offset): {
-            "content": content, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": special,
+            "content": content,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": special,
         }
         for offset, (content, special) in enumerate(QWEN3_ADDED_TOKENS)
     }

@@ -59,8 +59,8 @@ N_CTX = 9_000  # the system prompt and ~3 search results; the eight searches nee
 
 def test_force_answer_stops_where_keep_last_k_and_summarize_go_on(tools, tmp_path):
     forced, forced_events, forced_engine = run(tools, tmp_path / "f", N_CTX)
-    kept, kept_events, kept_engine = run(tools, tmp_path / "k", N_CTX, context_policy="keep-last-k", keep_last=1)
-    summed, summed_events, summed_engine = run(tools, tmp_path / "s", N_CTX, context_policy="summarize")
+    kept, _kept_events, kept_engine = run(tools, tmp_path / "k", N_CTX, context_policy="keep-last-k", keep_last=1)
+    summed, _summed_events, summed_engine = run(tools, tmp_path / "s", N_CTX, context_policy="summarize")
 
     assert forced.termination == "answered_token_limit" and len(searches(forced)) < len(QUERIES)
     assert not any(isinstance(e, ContextCompacted) for e in forced_events)

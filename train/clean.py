@@ -421,7 +421,10 @@ class CleanReport:
 
 
 def clean_samples(
-    samples: Sequence[Sample], context: CleanContext, *, rules: Sequence[Callable[[Sample, CleanContext], Sample]] = RULES
+    samples: Sequence[Sample],
+    context: CleanContext,
+    *,
+    rules: Sequence[Callable[[Sample, CleanContext], Sample]] = RULES,
 ) -> tuple[list[Sample], CleanReport]:
     """Apply ``rules`` in order to every sample; returns the kept samples and the report."""
     report = CleanReport(read=len(samples))

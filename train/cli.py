@@ -222,8 +222,10 @@ def _toy_world(args: argparse.Namespace) -> int:
     world = generate_world(args.out, people=args.people, seed=args.seed)
     correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share,
                                 seed=args.seed)
-    print(f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
-          f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}")
+    print(
+        f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
+        f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}"
+    )
     return 0
 
 
@@ -235,8 +237,9 @@ def _tiny_model(args: argparse.Namespace) -> int:
         print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
     try:
-        folder = write_tiny_model(args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers,
-                                  seed=args.seed)
+        folder = write_tiny_model(
+            args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers, seed=args.seed
+        )
         if args.pretrain_copying:
             from venus_edge.train.tinymodel import pretrain_copying
 

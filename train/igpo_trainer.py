@@ -175,7 +175,9 @@ class IGPOConfig(ConfigFile):
     @property
     def scored_tools(self) -> frozenset[str] | None:
         """The tools whose results are scored for IG; None: every tool."""
-        return None if self.score_after == "all" else frozenset(t.strip() for t in self.score_after.split(",") if t.strip())
+        if self.score_after == "all":
+            return None
+        return frozenset(t.strip() for t in self.score_after.split(",") if t.strip())
 
 
 @dataclass

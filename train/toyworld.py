@@ -140,7 +140,8 @@ class ToyWorld:
 
 
 def _word(rng: random.Random, syllables: int) -> str:
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)).capitalize()
+    syllable_texts = (rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables))
+    return "".join(syllable_texts).capitalize()
 
 
 def _distinct_words(rng: random.Random, count: int, syllables: tuple[int, ...],
@@ -192,7 +193,9 @@ def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, held
     for index, name in enumerate(names):
         mentor = names[rng.randrange(index)] if index >= people // 5 else None
         neighbour = names[rng.choice([i for i in range(people) if i != index])]
-        persons.append(Person(name, rng.choice(towns), rng.randrange(1700, 1900), rng.choice(TRADES), mentor, neighbour))
+        persons.append(
+            Person(name, rng.choice(towns), rng.randrange(1700, 1900), rng.choice(TRADES), mentor, neighbour)
+        )
     by_name = {p.name: p for p in persons}
     folder = Path(out_dir)
     corpus = folder / "corpus"
@@ -214,7 +217,8 @@ def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, held
                 target = mentor_person if kind.endswith("2") else person
                 answer = str(getattr(target, kind.rstrip("2")))
                 qid = f"toy-{person.slug}-{kind}"
-                questions[part].append(ToyQuestion(qid, kind, person.name, QUESTIONS[kind].format(name=person.name), answer))
+                question = QUESTIONS[kind].format(name=person.name)
+                questions[part].append(ToyQuestion(qid, kind, person.name, question, answer))
         rng.shuffle(questions[part])
         path = folder / f"questions-{part}.jsonl"
         path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in questions[part]), encoding="utf-8")

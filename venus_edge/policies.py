@@ -107,7 +107,7 @@ class ContextPolicy(ABC):
         """The policy and its settings, for the journal's config."""
         return {"name": self.name}
 
-    def resume(self, compactions: Sequence[Mapping[str, Any]]) -> None:
+    def resume(self, compactions: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - an optional no-op hook
         """Restore per-session state from a resumed session's journal ``compaction`` records (default: none)."""
 
 
