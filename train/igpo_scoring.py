@@ -107,9 +107,8 @@ def score_boundaries(
             boundary = boundaries[index]
             if boundary > fed:
                 chunk = torch.tensor([list(sequence[fed:boundary])], device=device)
-                last_logits = model(input_ids=chunk, use_cache=True, logits_to_keep=1, **{keyword: cache}).logits[
-                    0, -1:
-                ]
+                chunk_logits = model(input_ids=chunk, use_cache=True, logits_to_keep=1, **{keyword: cache}).logits
+                last_logits = chunk_logits[0, -1:]
                 fed = boundary
             answer_ids = torch.tensor([list(answer.token_ids)], device=device)
             logits = model(input_ids=answer_ids, use_cache=True, **{keyword: cache}).logits[0]
