@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the full results as JSON")
     args = parser.parse_args(argv)
     if not args.sdist.is_file():
-        parser.error(f"{args.sdist} not found; fetch it with: pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36")
+        parser.error(
+            f"{args.sdist} not found; fetch it with: pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36"
+        )
     results = []
     for hidden in args.hidden:
         config = checkpoint_config(hidden, args.layers)
@@ -71,16 +73,24 @@ def main(argv: list[str] | None = None) -> int:
 def _print_row(result: dict, *, header: bool) -> None:
     mib = lambda n: f"{n / 2**20:,.0f}"  # noqa: E731
     if header:
-        print(f"{result['source_dtype']} -> {result['out_type']}, vocab {result['checkpoint']['vocab_size']:,}, "
-              f"{result['checkpoint']['num_hidden_layers']} layers")
-        print("| hidden | embedding F32 MiB | file MiB | ours peak RSS MiB | reference peak RSS MiB | RSS ratio "
-              "| ours wall s | reference wall s | identical |")
+        print(
+            f"{result['source_dtype']} -> {result['out_type']}, vocab {result['checkpoint']['vocab_size']:,}, "
+            f"{result['checkpoint']['num_hidden_layers']} layers"
+        )
+        print(
+            "| hidden | embedding F32 MiB | file MiB | ours peak RSS MiB | reference peak RSS MiB | RSS ratio "
+            "| ours wall s | reference wall s | identical |"
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
     ours, reference = result["ours"], result["reference"]
-    print(f"| {result['checkpoint']['hidden_size']} | {mib(result['embedding_f32_bytes'])} | "
-          f"{mib(result['diff']['size_bytes'][0])} | {mib(ours['peak_rss_bytes'])} | {mib(reference['peak_rss_bytes'])} | "
-          f"{result['peak_rss_ratio']:.2f} | {ours['wall_s']:.1f} | {reference['wall_s']:.1f} | "
-          f"{'yes' if result['identical'] else 'NO'} |", flush=True)
+    print(
+        f"| {result['checkpoint']['hidden_size']} | {mib(result['embedding_f32_bytes'])} | "
+        f"{mib(result['diff']['size_bytes'][0])} | {mib(ours['peak_rss_bytes'])} | {mib(reference['peak_rss_bytes'])} "
+        f"| "
+        f"{result['peak_rss_ratio']:.2f} | {ours['wall_s']:.1f} | {reference['wall_s']:.1f} | "
+        f"{'yes' if result['identical'] else 'NO'} |",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,9 @@ def raw():
 def _raw_decode(llm: llama_cpp.Llama, ids: list[int]) -> int:
     llm.reset()
     count = 0
-    for _token in llm.generate(ids, top_k=20, top_p=0.95, min_p=0.0, temp=1.0, presence_penalty=1.1, repeat_penalty=1.0):
+    for _token in llm.generate(
+        ids, top_k=20, top_p=0.95, min_p=0.0, temp=1.0, presence_penalty=1.1, repeat_penalty=1.0
+    ):
         count += 1
         if count == NEW_TOKENS:
             break

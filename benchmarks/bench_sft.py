@@ -51,7 +51,8 @@ def _tokens_per_step(toy: Path) -> float:
     from venus_edge.train.data import load_samples
     from venus_edge.train.tokenize import tokenize_samples
 
-    tokenized, _ = tokenize_samples(load_samples([toy / "sft.jsonl"]).samples, AutoTokenizer.from_pretrained(toy / "base"))
+    tokenizer = AutoTokenizer.from_pretrained(toy / "base")
+    tokenized, _ = tokenize_samples(load_samples([toy / "sft.jsonl"]).samples, tokenizer)
     return 16 * sum(len(t) for t in tokenized) / len(tokenized)
 
 
@@ -64,7 +65,8 @@ def _trainer(toy: Path) -> float:
 
     tokenizer = AutoTokenizer.from_pretrained(toy / "base")
     tokenized, _ = tokenize_samples(load_samples([toy / "sft.jsonl"]).samples, tokenizer)
-    rows = [{"input_ids": list(t.input_ids), "labels": [i if m else -100 for i, m in zip(t.input_ids, t.assistant_mask)]}
+    rows = [{"input_ids": list(t.input_ids),
+             "labels": [i if m else -100 for i, m in zip(t.input_ids, t.assistant_mask)]}
             for t in tokenized]
 
     def collate(batch):

@@ -46,7 +46,10 @@ peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linu
 print(json.dumps({"rc": rc, "wall_s": wall_s, "peak_rss_bytes": peak_kib * 1024}))
 """
 
-_OURS = "import sys; from venus_edge.quantize.convert import convert_checkpoint; convert_checkpoint(sys.argv[1], sys.argv[2], out_type=sys.argv[3])"
+_OURS = (
+    "import sys; from venus_edge.quantize.convert import convert_checkpoint; "
+    "convert_checkpoint(sys.argv[1], sys.argv[2], out_type=sys.argv[3])"
+)
 
 
 def extract_reference(sdist: Path, into: Path) -> Path:
@@ -64,7 +67,8 @@ def extract_reference(sdist: Path, into: Path) -> Path:
 
 def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict:
     """Wall time and peak RSS of one command run in a child of a wrapper process."""
-    result = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True, text=True, env=env, check=False)
+    result = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True, text=True, env=env,
+                            check=False)
     if result.returncode != 0 or not result.stdout.strip():
         raise RuntimeError(f"wrapper failed: {result.stderr[-2000:]}")
     measured = json.loads(result.stdout.strip().splitlines()[-1])
@@ -124,7 +128,8 @@ def _show(value):
 
 def identical(diff: dict) -> bool:
     """True when tensors (names, types, shapes, bytes) and the vocabulary (tokens, types, merges) match."""
-    return not any(diff[k] for k in ("tensors_only_ours", "tensors_only_reference", "type_diff", "shape_diff", "bytes_diff")) \
+    tensor_keys = ("tensors_only_ours", "tensors_only_reference", "type_diff", "shape_diff", "bytes_diff")
+    return not any(diff[k] for k in tensor_keys) \
         and diff["token_list_same"] and diff["token_types_same"] and diff["merges_same"]
 
 
@@ -146,7 +151,8 @@ def compare(config: Qwen3Config, out_type: str, *, sdist: Path = DEFAULT_SDIST, 
         tmp = Path(tmp)
         checkpoint = write_tiny_qwen3(tmp / "checkpoint", config=config, seed=0, dtype=source_dtype)
         llama_dir = extract_reference(sdist, tmp / "ref")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(llama_dir / "gguf-py"), os.environ.get("PYTHONPATH", "")])}
+        python_path = os.pathsep.join([str(llama_dir / "gguf-py"), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "PYTHONPATH": python_path}
         reference_out, ours_out = tmp / "reference.gguf", tmp / "ours.gguf"
         reference = run_measured([sys.executable, str(llama_dir / "convert_hf_to_gguf.py"), "--outtype", out_type,
                                   "--outfile", str(reference_out), str(checkpoint)], env=env)
@@ -172,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     args = parser.parse_args(argv)
     if not args.sdist.is_file():
-        parser.error(f"{args.sdist} not found; fetch it with: pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36")
+        parser.error(f"{args.sdist} not found; fetch it with: pip download --no-deps --no-binary :all: "
+                     f"llama-cpp-python==0.3.36")
     config = dataclasses.replace(Qwen3Config.tiny(), hidden_size=args.hidden_size,
                                  intermediate_size=args.intermediate_size, num_hidden_layers=args.layers)
     result = compare(config, args.out_type, sdist=args.sdist, source_dtype=args.source_dtype)
@@ -196,9 +203,13 @@ def print_summary(result: dict) -> None:
           f"{diff['token_types_same']}, merges same: {diff['merges_same']} ({diff['n_merges']:,})")
     print(f"  other metadata that differs: {json.dumps(diff['metadata_diff']) if diff['metadata_diff'] else 'none'}")
     print(f"  file sizes: ours {diff['size_bytes'][0]:,} B, reference {diff['size_bytes'][1]:,} B")
-    print(f"wall time: ours {ours['wall_s']:.2f} s, reference {reference['wall_s']:.2f} s, ratio {result['wall_ratio']:.2f}")
-    print(f"peak RSS: ours {ours['peak_rss_bytes'] / 2**20:.0f} MiB, reference {reference['peak_rss_bytes'] / 2**20:.0f} MiB, "
-          f"ratio {result['peak_rss_ratio']:.2f}")
+    print(f"wall time: ours {ours['wall_s']:.2f} s, reference {reference['wall_s']:.2f} s, ratio "
+          f"{result['wall_ratio']:.2f}")
+    print(
+        f"peak RSS: ours {ours['peak_rss_bytes'] / 2**20:.0f} MiB, reference {reference['peak_rss_bytes'] / 2**20:.0f} "
+        f"MiB, "
+        f"ratio {result['peak_rss_ratio']:.2f}"
+    )
 
 
 if __name__ == "__main__":

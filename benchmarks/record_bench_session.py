@@ -20,7 +20,9 @@ from venus_edge.bench.measure import shipped_session_path
 from venus_edge.testing import ScriptedEngine
 from venus_edge.toolbox import close_tools, default_tools
 
-QUESTION = "Which pickle protocol does Python 3.11 use by default, and in which Python version did it become the default?"
+QUESTION = (
+    "Which pickle protocol does Python 3.11 use by default, and in which Python version did it become the default?"
+)
 
 
 def _call(thought: str, name: str, **arguments: object) -> str:

@@ -16,9 +16,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from venus_edge.errors import VenusEdgeError
+
+if TYPE_CHECKING:  # evaluate imports numpy and llama_cpp; the commands import it when they run
+    from .evaluate import QuantComparison, VerificationRow, VerificationTable
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -41,7 +44,8 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     quantize.add_argument("--base-type", default="f16", choices=_BASE_TYPES, help="type of the base GGUF (default f16)")
     quantize.add_argument("--calibration", type=Path, default=None, metavar="FILE",
                           help="calibration text file for KL / top-1 / perplexity (default: a built-in text)")
-    quantize.add_argument("--n-ctx", type=int, default=256, metavar="N", help="calibration tokens at most (default 256)")
+    quantize.add_argument("--n-ctx", type=int, default=256, metavar="N",
+                          help="calibration tokens at most (default 256)")
     quantize.add_argument("--agentic-tokens", type=int, default=16, metavar="N",
                           help="new tokens per agentic-check turn (default 16); 0 skips the agentic check")
     quantize.add_argument("--hf-parity", action="store_true",
@@ -148,7 +152,8 @@ def _parse_types(args: argparse.Namespace) -> list[str]:
     unknown = [t for t in types if t not in _QUANT_TYPES]
     if not types or unknown:
         args._command_parser.error(
-            f"--types {args.types!r}: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(_QUANT_TYPES)}"
+            f"--types {args.types!r}: unknown {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(_QUANT_TYPES)}"
         )
     if args.n_ctx < 8:
         args._command_parser.error(f"--n-ctx must be at least 8, got {args.n_ctx}")
@@ -161,8 +166,9 @@ def _calibration_text(args: argparse.Namespace) -> str:
 
     if args.calibration is None:
         return CALIBRATION_TEXT
+    calibration_path: Path = args.calibration
     try:
-        return args.calibration.read_text(encoding="utf-8")
+        return calibration_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise QuantizeError(f"cannot read calibration text {args.calibration}: {error}") from error
 
@@ -199,7 +205,9 @@ def _quantize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _convert_base(args: argparse.Namespace, folder: Path, name: str, progress: _Progress):
+def _convert_base(
+    args: argparse.Namespace, folder: Path, name: str, progress: _Progress,
+) -> tuple[Path, VerificationTable]:
     """Step 1 (and the HF parity step): the base GGUF and the table with its row."""
     from .convert import convert_checkpoint
     from .evaluate import VerificationRow, VerificationTable, agentic_check, compare_to_hf
@@ -213,15 +221,18 @@ def _convert_base(args: argparse.Namespace, folder: Path, name: str, progress: _
         progress.start("compare the base GGUF with the checkpoint in transformers")
         parity = compare_to_hf(base_path, folder)
         row.max_abs_logit_diff, row.tokenization_match = parity.max_abs_logit_diff, parity.tokenization_match
+        differing = f"{len(parity.tokenization_mismatches)} texts differ"
         progress.done(f"max |dlogit| {parity.max_abs_logit_diff:.2e}, tokenization "
-                      f"{'identical' if parity.tokenization_match else f'{len(parity.tokenization_mismatches)} texts differ'}")
+                      f"{'identical' if parity.tokenization_match else differing}")
     if args.agentic_tokens > 0:
         agentic = agentic_check(base_path, max_tokens=args.agentic_tokens)
         row.agentic_failed, row.agentic_total = agentic.n_failed, agentic.n_prompts
     return base_path, VerificationTable(reference=base_path.name, rows=[row])
 
 
-def _quantize_and_verify(args: argparse.Namespace, base_path: Path, name: str, qtype: str, progress: _Progress, calibration: str):
+def _quantize_and_verify(
+    args: argparse.Namespace, base_path: Path, name: str, qtype: str, progress: _Progress, calibration: str,
+) -> tuple[VerificationRow, QuantComparison]:
     """Quantize the base to `qtype`, then KL / top-1 / perplexity against the base and the agentic check."""
     from .evaluate import VerificationRow, agentic_check, compare_quant
     from .quantize import quantize_gguf

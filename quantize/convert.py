@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import gguf
 import numpy as np
@@ -51,7 +52,9 @@ from .errors import (
 from .output import check_output_path, temporary_output
 from .qwen_tokenizer import QWEN2_SPLIT_PATTERN
 
-__all__ = ["ARCHITECTURES", "OUT_TYPES", "STREAM_CHUNK_BYTES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint"]
+__all__ = [
+    "ARCHITECTURES", "OUT_TYPES", "STREAM_CHUNK_BYTES", "ArchitectureSpec", "convert_checkpoint", "resolve_checkpoint",
+]
 
 
 @dataclass(frozen=True)
@@ -144,16 +147,17 @@ def resolve_checkpoint(source: str | os.PathLike[str]) -> tuple[Path, str | None
         raise CheckpointNotFoundError(repo_id, f"{type(error).__name__}: {error}") from error
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
     except FileNotFoundError as error:
         raise CheckpointNotFoundError(str(path.parent), f"{path.name} is missing") from error
     except json.JSONDecodeError as error:
         raise ConversionError(f"{path} is not valid JSON ({error}); re-download the file.") from error
 
 
-def _architecture(hparams: dict, config_path: Path) -> ArchitectureSpec:
+def _architecture(hparams: dict[str, Any], config_path: Path) -> ArchitectureSpec:
     names = hparams.get("architectures") or []
     spec = next((ARCHITECTURES[name] for name in names if name in ARCHITECTURES), None)
     if spec is None:
@@ -232,7 +236,7 @@ def _index_tensors(folder: Path) -> tuple[dict[str, _SourceTensor], dict[str, st
     return tensors, weight_map
 
 
-def _expected_shapes(hparams: dict, spec: ArchitectureSpec) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(hparams: dict[str, Any], spec: ArchitectureSpec) -> dict[str, tuple[int, ...]]:
     """HF tensor name -> shape that config.json implies (Qwen2/Qwen3 decoder layout)."""
     hidden, n_head, n_kv = hparams["hidden_size"], hparams["num_attention_heads"], hparams["num_key_value_heads"]
     head_dim = hparams.get("head_dim") or hidden // n_head
@@ -266,7 +270,7 @@ def _expected_shapes(hparams: dict, spec: ArchitectureSpec) -> dict[str, tuple[i
 
 def _check_tensors(
     tensors: Mapping[str, _SourceTensor], expected: Mapping[str, tuple[int, ...]], weight_map: Mapping[str, str],
-    folder: Path, hparams: dict,
+    folder: Path, hparams: dict[str, Any],
 ) -> None:
     """Raise MissingTensorError / TensorShapeError before anything is written."""
     optional = {"lm_head.weight": (hparams["vocab_size"], hparams["hidden_size"])}  # saved by some tied checkpoints
@@ -358,7 +362,9 @@ def _add_tensor_infos(writer: gguf.GGUFWriter, planned: list[_PlannedTensor]) ->
         writer.add_tensor_info(item.gguf_name, byte_shape, np.dtype(np.uint8), item.nbytes, raw_dtype=item.qtype)
 
 
-def _write_tensor(out: io.BufferedWriter, source: io.RawIOBase, path: Path, item: _PlannedTensor, chunk_bytes: int) -> None:
+def _write_tensor(
+    out: io.BufferedWriter, source: io.RawIOBase, path: Path, item: _PlannedTensor, chunk_bytes: int,
+) -> None:
     """Encode and append one tensor block by block; the bytes are those of encoding it whole."""
     written = 0
     for block in _row_blocks(source, path, item.source, chunk_bytes):
@@ -369,7 +375,9 @@ def _write_tensor(out: io.BufferedWriter, source: io.RawIOBase, path: Path, item
         raise ConversionError(f"{item.source.name}: encoded {written} bytes; the GGUF tensor info says {item.nbytes}.")
 
 
-def _write_tensors(writer: gguf.GGUFWriter, folder: Path, planned: list[_PlannedTensor], chunk_bytes: int | None = None) -> None:
+def _write_tensors(
+    writer: gguf.GGUFWriter, folder: Path, planned: list[_PlannedTensor], chunk_bytes: int | None = None
+) -> None:
     """Write the tensor data section, in plan order, after the writer has written the tensor infos.
 
     The layout is that of `GGUFWriter.write_tensor_data` (gguf-py gguf_writer.py): zeros up to the writer's
@@ -393,7 +401,7 @@ def _write_tensors(writer: gguf.GGUFWriter, folder: Path, planned: list[_Planned
 # ---------------------------------------------------------------------------------------------- metadata
 
 
-def _add_hparams(writer: gguf.GGUFWriter, hparams: dict, file_type: gguf.LlamaFileType) -> None:
+def _add_hparams(writer: gguf.GGUFWriter, hparams: dict[str, Any], file_type: gguf.LlamaFileType) -> None:
     """Hyper-parameters as in `TextModel.set_gguf_parameters` (conversion/base.py)."""
     if hparams.get("rope_scaling") not in (None, {}):
         raise ConversionError(
@@ -422,7 +430,7 @@ def _check_tokenizer_files(folder: Path) -> None:
         raise TokenizerFilesMissingError(missing, folder)
 
 
-def _pre_tokenizer_name(tokenizer_json: dict, path: Path) -> str:
+def _pre_tokenizer_name(tokenizer_json: dict[str, Any], path: Path) -> str:
     """llama.cpp's pre-tokenizer name, from the Split regex in tokenizer.json."""
     pre = tokenizer_json.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", [pre])
@@ -457,7 +465,9 @@ def vocab_tokens(folder: Path, vocab_size: int) -> tuple[list[str], list[int]]:
             f"{folder}: tokenizer has token id {max(by_id)}; config.json vocab_size is {vocab_size}. "
             "Use the tokenizer that belongs to this checkpoint."
         )
-    tokens, types = [], []
+    # gguf.TokenType is an IntEnum; the writer takes the plain ints
+    tokens: list[str] = []
+    types: list[int] = []
     for token_id in range(vocab_size):
         text = by_id.get(token_id)
         if text is None:
@@ -506,7 +516,9 @@ def _is_disk_full(error: OSError) -> bool:
     return error.errno in _DISK_FULL_ERRNOS
 
 
-def _write_gguf(writer: gguf.GGUFWriter, path: Path, folder: Path, planned: list[_PlannedTensor], out_path: Path) -> None:
+def _write_gguf(
+    writer: gguf.GGUFWriter, path: Path, folder: Path, planned: list[_PlannedTensor], out_path: Path
+) -> None:
     needed_bytes = sum(item.nbytes for item in planned)
     try:
         writer.write_header_to_file(path=path)
@@ -526,7 +538,9 @@ def _write_gguf(writer: gguf.GGUFWriter, path: Path, folder: Path, planned: list
         raise
 
 
-def convert_checkpoint(source: str | os.PathLike[str], out_path: str | os.PathLike[str], *, out_type: str = "f16") -> Path:
+def convert_checkpoint(
+    source: str | os.PathLike[str], out_path: str | os.PathLike[str], *, out_type: str = "f16"
+) -> Path:
     """Convert a Qwen3 (or Qwen2) safetensors checkpoint to a GGUF file.
 
     Args:

@@ -66,7 +66,9 @@ class MissingTensorError(ConversionError):
         self.missing, self.extra, self.checkpoint = dict(missing), dict(extra), checkpoint
         parts = []
         if missing:
-            parts.append("missing " + ", ".join(f"{name} (expected in {shard})" for name, shard in sorted(missing.items())))
+            parts.append(
+                "missing " + ", ".join(f"{name} (expected in {shard})" for name, shard in sorted(missing.items()))
+            )
         if extra:
             parts.append("unexpected " + ", ".join(f"{name} (in {shard})" for name, shard in sorted(extra.items())))
         super().__init__(

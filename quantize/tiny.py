@@ -17,6 +17,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -60,7 +61,7 @@ class Qwen3Config:
             num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
         )
 
-    def to_hf_dict(self, torch_dtype: str = "float32") -> dict:
+    def to_hf_dict(self, torch_dtype: str = "float32") -> dict[str, Any]:
         """The `config.json` content for this config, as transformers 4.51+ writes it for Qwen3."""
         return {
             "architectures": ["Qwen3ForCausalLM"],
@@ -132,10 +133,11 @@ def _save_safetensors(tensors: dict[str, np.ndarray], path: Path, *, bf16: bool)
     if not bf16:
         save_file(tensors, path, metadata={"format": "pt"})
         return
-    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+    header: dict[str, dict[str, Any]] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name in sorted(tensors):
-        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + tensors[name].nbytes]}
+        end = offset + tensors[name].nbytes
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape), "data_offsets": [offset, end]}
         offset += tensors[name].nbytes
     header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
     header_bytes += b" " * (-len(header_bytes) % 8)
@@ -151,9 +153,9 @@ def _write_weights(folder: Path, tensors: dict[str, np.ndarray], shards: int, *,
     if shards == 1:
         _save_safetensors(tensors, folder / "model.safetensors", bf16=bf16)
         return
-    weight_map = {}
-    for index, names in enumerate(_split_in_shards(list(tensors), shards), start=1):
-        shard_name = f"model-{index:05d}-of-{shards:05d}.safetensors"
+    weight_map: dict[str, str] = {}
+    for shard_number, names in enumerate(_split_in_shards(list(tensors), shards), start=1):
+        shard_name = f"model-{shard_number:05d}-of-{shards:05d}.safetensors"
         _save_safetensors({name: tensors[name] for name in names}, folder / shard_name, bf16=bf16)
         weight_map |= dict.fromkeys(names, shard_name)
     total_size_bytes = sum(array.nbytes for array in tensors.values())

@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 import shutil
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ class RealModelRun:
     n_threads: int | None = None
 
     @classmethod
-    def from_environment(cls) -> "RealModelRun":
+    def from_environment(cls) -> RealModelRun:
         threads = os.environ.get("VENUS_TEST_THREADS")
         return cls(int(os.environ.get("VENUS_TEST_SEED", "0")), int(threads) if threads else None)
 

@@ -16,7 +16,7 @@ from venus_edge import protocol
 from venus_edge.cli import main
 from venus_edge.engines.base import GREEDY, SamplingParams
 from venus_edge.engines.batched import BatchedLlamaCppEngine
-from venus_edge.engines.llama_cpp import LlamaCppEngine, off_main_thread
+from venus_edge.engines.llama_cpp import off_main_thread
 from venus_edge.errors import ContextOverflowError, EngineStateError
 from venus_edge.trajectory import read_trajectories
 

@@ -3,6 +3,7 @@ report written, and the parts (bandwidth, limit, session replay, reference choic
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,8 +13,8 @@ import pytest
 from venus_edge.bench import (
     BenchConfig,
     bandwidth_limit,
-    load_session,
     llama_bench_path,
+    load_session,
     memory_bandwidth,
     pick_reference,
     replay_session,
@@ -90,7 +91,7 @@ def test_the_shipped_session_replays_with_growing_kv_reuse(tiny_qwen3_gguf: Path
     turns = replay["turns"]
     assert len(turns) == len(session.turns)
     assert turns[0]["reused"] == 0 and all(t["reused"] > 0 for t in turns[1:])
-    assert all(later["prompt_tokens"] > earlier["prompt_tokens"] for earlier, later in zip(turns, turns[1:]))
+    assert all(later["prompt_tokens"] > earlier["prompt_tokens"] for earlier, later in itertools.pairwise(turns))
     assert replay["total_s"] == pytest.approx(sum(t["total_s"] for t in turns), abs=0.01)
 
 

@@ -13,8 +13,7 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engines.base import SamplingParams
 from venus_edge.errors import ContextSettingsError
 from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
-from venus_edge.policies import CompactionContext, KeepLastK, Summarize, make_policy
-from venus_edge.policies import ContextPolicy, Compaction
+from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, KeepLastK, Summarize, make_policy
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.toolbox import default_tools
 from venus_edge.trajectory import read_journal, rebuild_messages
@@ -60,8 +59,8 @@ N_CTX = 9_000  # the system prompt and ~3 search results; the eight searches nee
 
 def test_force_answer_stops_where_keep_last_k_and_summarize_go_on(tools, tmp_path):
     forced, forced_events, forced_engine = run(tools, tmp_path / "f", N_CTX)
-    kept, kept_events, kept_engine = run(tools, tmp_path / "k", N_CTX, context_policy="keep-last-k", keep_last=1)
-    summed, summed_events, summed_engine = run(tools, tmp_path / "s", N_CTX, context_policy="summarize")
+    kept, _kept_events, kept_engine = run(tools, tmp_path / "k", N_CTX, context_policy="keep-last-k", keep_last=1)
+    summed, _summed_events, summed_engine = run(tools, tmp_path / "s", N_CTX, context_policy="summarize")
 
     assert forced.termination == "answered_token_limit" and len(searches(forced)) < len(QUERIES)
     assert not any(isinstance(e, ContextCompacted) for e in forced_events)

@@ -10,9 +10,9 @@ budget on its own (so every tool call ends at the budget), the grammar allows to
 
 from __future__ import annotations
 
-import pytest
-
 from typing import Any
+
+import pytest
 
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engines.base import SamplingParams

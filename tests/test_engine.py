@@ -7,6 +7,7 @@ import json
 import math
 import unicodedata
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from tokenizers import Tokenizer
@@ -82,7 +83,8 @@ def test_max_tokens_ends_with_length(smollm2_engine):
 def test_only_the_new_suffix_of_a_prompt_is_evaluated(smollm2_engine):
     first_ids = smollm2_engine.tokenize("<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n")
     first = smollm2_engine.generate(first_ids, sampling=SamplingParams(temperature=0.0, max_tokens=12))
-    suffix = smollm2_engine.tokenize("<|im_end|>\n<|im_start|>user\nAnd three animals?<|im_end|>\n<|im_start|>assistant\n")
+    suffix = smollm2_engine.tokenize("<|im_end|>\n<|im_start|>user\nAnd three animals?<|im_end|>\n"
+                                     "<|im_start|>assistant\n")
     second_ids = first_ids + first.token_ids + suffix
     second = smollm2_engine.generate(second_ids, sampling=SamplingParams(temperature=0.0, max_tokens=4))
     # A turn cut by max_tokens ends on a token that was sampled but never evaluated: it is evaluated now.
@@ -167,7 +169,7 @@ def test_untrusted_text_keeps_protocol_tokens_but_not_control_tokens(tiny_engine
 
 class _HostilePage:
     name = "visit"
-    schema = {"type": "function", "function": {"name": "visit", "parameters": {
+    schema: ClassVar[dict[str, Any]] = {"type": "function", "function": {"name": "visit", "parameters": {
         "type": "object", "properties": {"url": {"type": "array"}, "goal": {"type": "string"}}}}}
 
     def __call__(self, arguments):

@@ -9,6 +9,7 @@ a ``try``. An import inside a function still is an arrow: it only hides a circle
 from __future__ import annotations
 
 import ast
+import itertools
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -133,7 +134,7 @@ def test_the_import_graph_has_no_circle():
         graph[arrow.source].add(arrow.target)
     circle = _cycle(graph)
     if circle is not None:
-        where = [next(str(a) for a in arrows() if (a.source, a.target) == pair) for pair in zip(circle, circle[1:])]
+        where = [next(str(a) for a in arrows() if (a.source, a.target) == pair) for pair in itertools.pairwise(circle)]
         raise AssertionError("import circle:\n  " + "\n  ".join(where))
 
 

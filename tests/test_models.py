@@ -44,7 +44,7 @@ def test_hub_repo_from_the_offline_cache_picks_the_quant(tmp_path, smollm2_gguf,
 
 def test_hub_repo_not_cached_offline_says_how_to_pass_a_model(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelNotFoundError, match="--model /path/to/model.gguf"):
+    with pytest.raises(ModelNotFoundError, match=r"--model /path/to/model.gguf"):
         resolve_model("inclusionAI/DR-Venus-4B-RL-GGUF", cache_dir=tmp_path)
 
 
@@ -62,5 +62,8 @@ def test_cli_usage_errors_exit_2(capsys):
 
 def test_cli_empty_corpus_is_a_clear_error(smollm2_gguf, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert main(["research", "q", "--model", str(smollm2_gguf), "--corpus", str(tmp_path / "empty"), "--n-ctx", "512"]) == 3
+    assert (
+        main(["research", "q", "--model", str(smollm2_gguf), "--corpus", str(tmp_path / "empty"), "--n-ctx", "512"])
+        == 3
+    )
     assert "empty" in capsys.readouterr().err

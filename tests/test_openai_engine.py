@@ -5,10 +5,12 @@ concurrent requests, retries on 429/5xx, and a server that dies mid-session."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -32,7 +34,8 @@ PARIS = 'root ::= "The capital of France is Paris, on the Seine."'
 # Strict turns this short fit in 512 tokens whatever the model writes: a token holds at least one byte, and a
 # search call is at most ~410 bytes (64 characters of reasoning, one query of 16, markup; 4 bytes a character).
 SHORT_TURNS = GrammarLimits(reasoning_chars=64, string_chars=16, list_items=1, answer_chars=64)
-TEXTS = [CHAT, "café — 中文 🚀 <|im_end|> </tool_call>", "    deep    indentation\n\n\n", "<tool_response>\nx\n</tool_response>"]
+TEXTS = [CHAT, "café — 中文 🚀 <|im_end|> </tool_call>", "    deep    indentation\n\n\n", "<tool_response>\nx\n"
+                                                                                       "</tool_response>"]
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +149,11 @@ def test_an_agent_session_on_the_server_evaluates_each_prompt_token_once(engine,
         result = agent.run("When was the tomllib module added to Python?")
     finally:
         del engine.generate
-    contents = {tuple(turn.token_ids): turn.content for turn in read_journal(tmp_path / "t.jsonl").trajectories[0].turns}
+    journal_turns = read_journal(tmp_path / "t.jsonl").trajectories[0].turns
+    contents = {tuple(turn.token_ids): turn.content for turn in journal_turns}
     assert len(contents) >= 3, result.termination
     checked = 0
-    for (prompt, completion), (following, reply) in zip(calls, calls[1:]):
+    for (prompt, completion), (following, reply) in itertools.pairwise(calls):
         history = contents.get(tuple(completion.token_ids))
         if history is None:  # a retried attempt: the next prompt is the same one
             continue
@@ -196,10 +200,10 @@ class FlakyProxy:
                 self.end_headers()
                 self.wfile.write(reply.content)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 self._forward("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._forward("POST")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -226,7 +230,7 @@ def test_429_and_5xx_are_retried_with_backoff(llama_server, status):
 def test_a_server_that_keeps_failing_is_a_typed_error(llama_server):
     proxy = FlakyProxy(llama_server.url, failures=100)
     try:
-        with pytest.raises(EngineConnectionError, match="no answer after 3 attempt.*HTTP 503"):
+        with pytest.raises(EngineConnectionError, match=r"no answer after 3 attempt.*HTTP 503"):
             OpenAIEngine(proxy.url, max_retries=3, backoff_s=0.01)
     finally:
         proxy.close()
@@ -238,7 +242,8 @@ class KillServer:
     """A search tool that kills the model server when it is called: the next turn has no server."""
 
     name = "search"
-    schema = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+    schema: ClassVar[dict[str, Any]] = {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {
         "query": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}}
 
     def __init__(self, server: LlamaServer) -> None:

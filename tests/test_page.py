@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,9 @@ from venus_edge.toolbox import close_tools, default_tools
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable on PATH (Debian: apt install chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium executable on PATH (Debian: apt install chromium)"
+)
 
 #: A page of ``docs_corpus`` (conftest): its folder is ``pydocs``, so its corpus URL is this.
 TOML_PAGE = "corpus://pydocs/library/tomllib.html"

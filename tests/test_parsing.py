@@ -43,8 +43,10 @@ def codes(parsed: protocol.ParsedTurn) -> list[str]:
         ("x</think>\n<tool_call>search for tomllib</tool_call>", "malformed", ["invalid_json"]),
         ('x</think>\n<tool_call>{"name": "browse", "arguments": {}}</tool_call>', "malformed", ["unknown_tool"]),
         ('x</think>\n<tool_call>{"arguments": {}}</tool_call>', "malformed", ["missing_fields"]),
-        ('x</think>\n<tool_call>{"name": "search", "arguments": [1]}</tool_call>', "malformed", ["arguments_not_object"]),
-        ('x</think>\n<answer>a</answer><tool_call>{"name": "search", "arguments": {}}</tool_call>', "malformed", ["ambiguous"]),
+        ('x</think>\n<tool_call>{"name": "search", "arguments": [1]}</tool_call>', "malformed",
+         ["arguments_not_object"]),
+        ('x</think>\n<answer>a</answer><tool_call>{"name": "search", "arguments": {}}</tool_call>', "malformed",
+         ["ambiguous"]),
         ("x</think>\nThe answer is 42.", "malformed", ["no_action"]),
         ("x</think>\n<answer>\n  \n</answer>", "malformed", ["empty_answer"]),
         ("x</think>\n<answer>\n42", "malformed", ["unclosed_answer"]),
@@ -91,7 +93,8 @@ REPAIRED_BODIES = {
 }
 SHAPES = {
     "parameters for arguments": '{"name": "search", "parameters": {"query": ["tomllib"]}}',
-    "OpenAI function wrapper": '{"type": "function", "function": {"name": "search", "arguments": {"query": ["tomllib"]}}}',
+    "OpenAI function wrapper": '{"type": "function", "function": {"name": "search", "arguments": {"query": '
+                               '["tomllib"]}}}',
     "a list of one call": '[{"name": "search", "arguments": {"query": ["tomllib"]}}]',
 }
 
@@ -182,7 +185,8 @@ def test_the_reasoning_ends_at_the_think_close_that_an_action_follows():
 
 @pytest.mark.parametrize(
     "broken",
-    ["search for tomllib", '{"name": "serch", "arguments": {}}', '{"name": "search", "arguments": [1]}', '{"name": "search"}'],
+    ["search for tomllib", '{"name": "serch", "arguments": {}}', '{"name": "search", "arguments": [1]}',
+     '{"name": "search"}'],
 )
 def test_a_broken_first_call_does_not_sink_a_valid_second_one(broken):
     parsed = turn(f"x\n</think>\n\n<tool_call>\n{broken}\n</tool_call>\n<tool_call>\n{SEARCH}\n</tool_call>")
@@ -210,7 +214,8 @@ def test_two_answers_use_the_first():
 def test_the_generated_text_is_stored_stripped(trailer):
     """A turn that stopped at the stop string keeps no trailing whitespace before <|im_end|> (the reference
     strips the completion)."""
-    for generated in (f"ok\n</think>\n\n<tool_call>\n{SEARCH}\n</tool_call>", "ok\n</think>\n\n<answer>\n42\n</answer>"):
+    completions = (f"ok\n</think>\n\n<tool_call>\n{SEARCH}\n</tool_call>", "ok\n</think>\n\n<answer>\n42\n</answer>")
+    for generated in completions:
         content = assistant_content(generated + trailer)
         assert content == "<think>\n" + generated
         assert protocol.render_messages([{"role": "assistant", "content": content}], add_generation_prompt=False) \

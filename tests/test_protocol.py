@@ -16,14 +16,25 @@ from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 
 
-
 def _conversation() -> list[dict[str, str]]:
     """A multi-turn trajectory in the reference shape: search, visit, a malformed turn, an answer."""
     search = '{"name": "search", "arguments": {"query": ["tomllib added python version"]}}'
     visit = '{"name": "visit", "arguments": {"url": ["corpus://pydocs/library/tomllib.html"], "goal": "version"}}'
-    results = json.dumps([{"query": "tomllib added python version", "web_page_info_list": [
-        {"title": "tomllib — Parse TOML files", "url": "corpus://pydocs/library/tomllib.html", "snippet": "New in 3.11"}]}],
-        ensure_ascii=False)
+    results = json.dumps(
+        [
+            {
+                "query": "tomllib added python version",
+                "web_page_info_list": [
+                    {
+                        "title": "tomllib — Parse TOML files",
+                        "url": "corpus://pydocs/library/tomllib.html",
+                        "snippet": "New in 3.11",
+                    }
+                ],
+            }
+        ],
+        ensure_ascii=False,
+    )
     return [
         {"role": "system", "content": render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], date(2026, 11, 30))},
         {"role": "user", "content": "When was tomllib added to Python? Ünïcode — 中文"},
@@ -52,13 +63,15 @@ def test_rendering_equals_the_qwen3_thinking_template_from_gguf_metadata(tiny_qw
     for add_generation_prompt in (True, False):
         ours = render_messages(messages, add_generation_prompt=add_generation_prompt)
         theirs = _render_with_template(template, messages, add_generation_prompt)
-        assert ours == theirs, f"first difference at {next(i for i, (a, b) in enumerate(zip(ours + '#', theirs + '$')) if a != b)}"
+        assert ours == theirs, (
+            f"first difference at {next(i for i, (a, b) in enumerate(zip(ours + '#', theirs + '$')) if a != b)}"
+        )
 
 
 def test_system_prompt_layout():
     text = render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-03-01")
     assert text.startswith(protocol.PERSONA + "\n\n# Tools\n\n")
-    assert text.endswith('</tool_call>\n\nCurrent date: 2026-03-01\n')
+    assert text.endswith("</tool_call>\n\nCurrent date: 2026-03-01\n")
     lines = text.split("<tools>\n")[1].split("\n</tools>")[0].split("\n")
     assert [json.loads(line)["function"]["name"] for line in lines] == ["search", "visit"]
     assert lines[0] == json.dumps(SEARCH_SCHEMA)
@@ -82,7 +95,10 @@ def test_turn_grammar_compiles_and_restricts_actions():
         llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
     assert "answer" not in turn_grammar([SEARCH_SCHEMA], actions="call").split("root ::=")[1].split("\n")[0]
     answer_rule = next(line for line in turn_grammar([SEARCH_SCHEMA]).splitlines() if line.startswith("answer ::="))
-    assert '"<answer>\\n" [^< \\t\\r\\n]' in answer_rule, f"a blank answer (parsed as empty_answer) is allowed: {answer_rule}"
+    assert '"<answer>\\n" [^< \\t\\r\\n]' in answer_rule, (
+        f"a blank answer (parsed as empty_answer) is allowed: {answer_rule}"
+    )
     with pytest.raises(ValueError, match="cannot express"):
-        turn_grammar([{"function": {"name": "t", "parameters": {"properties": {"x": {"type": "object"}},
-                                                                         "required": ["x"]}}}])
+        turn_grammar(
+            [{"function": {"name": "t", "parameters": {"properties": {"x": {"type": "object"}}, "required": ["x"]}}}]
+        )

@@ -3,6 +3,7 @@ same loop on a tiny Qwen3 built by our converter, where every prompt token must 
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from venus_edge.agent import Agent, AgentConfig
@@ -53,7 +54,7 @@ def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, do
     assert result.termination in ANSWERED, result.termination
     turns = read_trajectories(journal)[0].turns
     assert len(turns) >= 3
-    for previous, turn in zip(turns, turns[1:]):
+    for previous, turn in itertools.pairwise(turns):
         known = previous.stats["prompt_tokens"] + len(previous.token_ids)
         new = turn.stats["prompt_tokens"] - known
         assert 0 < turn.stats["prompt_tokens_evaluated"] <= new + 1, (turn.index, turn.stats, new)
@@ -67,7 +68,9 @@ def test_cli_session_recorded_then_replayed_without_the_corpus(smollm2_gguf, doc
               "--min-tool-calls", "1", "--max-turns", "1", "--n-ctx", "4096", "--max-tokens", STRICT_TURN_TOKENS,
               "--quiet", *real_model_run.cli_args()]
     records = tmp_path / "records"
-    assert main([*common, "--corpus", str(docs_corpus), "--record", str(records), "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert (
+        main([*common, "--corpus", str(docs_corpus), "--record", str(records), "--out", str(tmp_path / "a.jsonl")]) == 0
+    )
     assert main([*common, "--replay", str(records), "--out", str(tmp_path / "b.jsonl")]) == 0, capsys.readouterr().err
     [live] = read_trajectories(tmp_path / "a.jsonl")
     [replayed] = read_trajectories(tmp_path / "b.jsonl")

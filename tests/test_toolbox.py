@@ -53,7 +53,7 @@ def test_merged_backend_survives_a_failing_backend_and_keeps_its_attempts() -> N
 
 
 def test_web_search_joins_the_corpus(docs_corpus) -> None:
-    search, visit = default_tools([docs_corpus], web=True)
+    search, _visit = default_tools([docs_corpus], web=True)
     assert isinstance(search.backend, MergedSearchBackend)
     assert isinstance(search.backend.backends[-1], DdgsSearchBackend)
     [web_only, _] = default_tools(web=True)
@@ -138,7 +138,8 @@ def test_two_folders_with_the_same_name_get_distinct_corpus_names(tmp_path) -> N
         (tmp_path / parent / "docs" / "note.md").write_text(f"# Note {parent}\n\nwidget {parent}\n", encoding="utf-8")
     search, visit = default_tools([tmp_path / "a" / "docs", tmp_path / "b" / "docs"])
     assert sorted(visit.corpora) == ["docs", "docs-2"]
-    urls = [hit["url"] for block in json.loads(search({"query": ["widget"]}).text) for hit in block["web_page_info_list"]]
+    blocks = json.loads(search({"query": ["widget"]}).text)
+    urls = [hit["url"] for block in blocks for hit in block["web_page_info_list"]]
     assert sorted(urls) == ["corpus://docs-2/note.md", "corpus://docs/note.md"]
     assert visit({"url": ["corpus://docs-2/note.md"], "goal": "widget"}).visited_urls == ("corpus://docs-2/note.md",)
 

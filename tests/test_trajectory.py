@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -21,7 +21,8 @@ LINE_BREAKS = ["\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028
 
 class PageTool:
     name = "search"
-    schema = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+    schema: ClassVar[dict[str, Any]] = {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {
         "query": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}}
 
     def __init__(self, text: str) -> None:

@@ -4,8 +4,8 @@ A ``Corpus`` is the offline stand-in for the web (``../shared/TEST_MODELS.md``, 
 research"). Every document gets a URL the model can pass to ``visit``: ``corpus://{name}/{relative/path}``.
 
 Terms are lower-cased, English stop words dropped and words stemmed (Snowball, PyStemmer), in the index and
-in queries alike. Indexing is a cheap text pass (lxml ``text_content`` of the page's main region, not trafilatura, which takes
-~70 s on the 530 pages of the Python docs; pypdf for PDF files) followed by a bm25s index. The index, the
+in queries alike. Indexing is a cheap text pass (lxml ``text_content`` of the page's main region, not trafilatura, which
+takes ~70 s on the 530 pages of the Python docs; pypdf for PDF files) followed by a bm25s index. The index, the
 extracted texts and a manifest of the files (relative path, mtime in ns, size in bytes) are saved under
 ``index_dir``. A later ``Corpus.open`` of an unchanged folder loads them instead of re-indexing; after a change
 it extracts only the files that are new or changed (same path, mtime and size -> the saved text is reused) and

@@ -36,7 +36,8 @@ NOSCRIPT_CONTENT_CHARS = 200
 _BLOCK_TAGS = frozenset({"p", "head", "list", "item", "table", "row", "quote"})
 # Question words carry no topic: "How does str.split handle maxsplit?" is about str, split and maxsplit.
 _QUESTION_WORDS = (
-    "how", "what", "when", "where", "which", "who", "whom", "why", "does", "do", "did", "can", "could", "should", "would"
+    "how", "what", "when", "where", "which", "who", "whom", "why", "does", "do", "did", "can", "could", "should",
+    "would",
 )
 _STOPWORDS = frozenset(STOPWORDS_EN) | frozenset(_QUESTION_WORDS)
 # Ideographs, kana and hangul are written without spaces: each character is a term (unigrams), so a Chinese

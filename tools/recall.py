@@ -24,7 +24,10 @@ __all__: list[str] = []
 
 # Elements that start a new line of text; text inside inline elements (a, b, font, span) continues the line.
 _BLOCK_ELEMENTS = frozenset(
-    ["address", "article", "aside", "blockquote", "body", "br", "center", "dd", "details", "dialog", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hgroup", "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"]
+    ["address", "article", "aside", "blockquote", "body", "br", "center", "dd", "details", "dialog", "div", "dl", "dt",
+     "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hgroup", "hr",
+     "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr",
+     "ul"]
 )
 # Elements whose text a reader never sees as the page's text: code, styles, media fallbacks, drawings.
 _NOT_TEXT = frozenset({"script", "style", "noscript", "template", "head", "title", "video", "audio", "iframe",
@@ -119,7 +122,8 @@ def restore_dropped_text(html: str, paragraphs: list[str]) -> list[str]:
 
 def _fold(text: str) -> str:
     """``text`` for comparison: NFKC, without whitespace and format characters (soft hyphen, zero-width ones)."""
-    return "".join(c for c in unicodedata.normalize("NFKC", text) if not c.isspace() and unicodedata.category(c) != "Cf")
+    normalized = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in normalized if not c.isspace() and unicodedata.category(c) != "Cf")
 
 
 def _is_kept(folded: str, kept_text: str, kept_grams: set[str]) -> bool:

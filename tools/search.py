@@ -32,7 +32,9 @@ SEARCH_SCHEMA: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "search",
-        "description": "Perform Google web searches then returns a string of the top search results. Accepts multiple queries.",
+        "description": (
+            "Perform Google web searches then returns a string of the top search results. Accepts multiple queries."
+        ),
         "parameters": {
             "type": "object",
             "properties": {
@@ -116,9 +118,7 @@ class SearchTool:
             if failure is not None:
                 failures.append(failure)
             attempts.extend(tried)
-        return ToolResult(
-            text=format_search_observation(blocks), failures=tuple(failures), attempts=tuple(attempts)
-        )
+        return ToolResult(text=format_search_observation(blocks), failures=tuple(failures), attempts=tuple(attempts))
 
     def _search_one(self, query: str) -> tuple[Sequence[Hit], ToolFailure | None, list[ToolAttempt]]:
         log = attempt_log(self.backend)

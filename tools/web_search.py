@@ -22,9 +22,9 @@ of one query into ``ToolAttempt``s when the query needed more than a clean first
 them as ``ToolAttempted`` events.
 
 An engine that answers with no results is not a failure: when, in a round, no engine has results, none was
-throttled or timed out, and at least one answered, the query has no results (an empty list, cached as such). Queries holding Chinese ideographs (U+4E00..U+9FFF) are searched in region
-``cn-zh``, others in ``us-en``, as the reference tool does (DR-Venus ``Inference/tool_server/tool_search.py``
-sends ``gl=cn, hl=zh-cn`` for them).
+throttled or timed out, and at least one answered, the query has no results (an empty list, cached as such). Queries
+holding Chinese ideographs (U+4E00..U+9FFF) are searched in region ``cn-zh``, others in ``us-en``, as the reference tool
+does (DR-Venus ``Inference/tool_server/tool_search.py`` sends ``gl=cn, hl=zh-cn`` for them).
 
 ``ddgs`` is an optional dependency (``pip install 'venus-edge[web]'``), imported on first search.
 """

@@ -314,7 +314,7 @@ def drop_duplicate_calls(sample: Sample, context: CleanContext) -> Sample:
         arguments = coerce_arguments(schema, call.arguments).arguments
         values = arguments.get({"search": "query", "visit": "url"}.get(call.name, ""))
         if values is None:
-            key = (call.name, (call_key(call.name, arguments),))
+            key: tuple[str, tuple[str, ...]] = (call.name, (call_key(call.name, arguments),))
         else:
             key = (call.name, tuple(sorted({str(v).strip() for v in as_list(values)})))
         if key in seen:
@@ -421,7 +421,10 @@ class CleanReport:
 
 
 def clean_samples(
-    samples: Sequence[Sample], context: CleanContext, *, rules: Sequence[Callable[[Sample, CleanContext], Sample]] = RULES
+    samples: Sequence[Sample],
+    context: CleanContext,
+    *,
+    rules: Sequence[Callable[[Sample, CleanContext], Sample]] = RULES,
 ) -> tuple[list[Sample], CleanReport]:
     """Apply ``rules`` in order to every sample; returns the kept samples and the report."""
     report = CleanReport(read=len(samples))

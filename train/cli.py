@@ -107,8 +107,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _toy_world(args)
     if args.train_command == "tiny-model":
         return _tiny_model(args)
-    parser.error(f"unknown train step {args.train_command!r}")
-    return 2
+    parser.error(f"unknown train step {args.train_command!r}")  # exits (status 2)
 
 
 def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -135,7 +134,7 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     lines = [f"# Cleaning {', '.join(str(p) for p in args.inputs)}", ""]
     if loaded.rejected:
         lines += [f"{len(loaded.rejected)} rows not read:", "", "| reason | rows | first example |", "|---|---|---|"]
-        firsts = {}
+        firsts: dict[str, str] = {}
         for rejected in loaded.rejected:
             firsts.setdefault(rejected.reason.split(":")[0], f"{rejected.source}: {rejected.reason}")
         lines += [f"| {reason} | {n} | {firsts[reason]} |" for reason, n in loaded.reasons().most_common()]
@@ -223,8 +222,10 @@ def _toy_world(args: argparse.Namespace) -> int:
     world = generate_world(args.out, people=args.people, seed=args.seed)
     correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share,
                                 seed=args.seed)
-    print(f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
-          f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}")
+    print(
+        f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
+        f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}"
+    )
     return 0
 
 
@@ -236,8 +237,9 @@ def _tiny_model(args: argparse.Namespace) -> int:
         print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
     try:
-        folder = write_tiny_model(args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers,
-                                  seed=args.seed)
+        folder = write_tiny_model(
+            args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers, seed=args.seed
+        )
         if args.pretrain_copying:
             from venus_edge.train.tinymodel import pretrain_copying
 

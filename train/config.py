@@ -14,7 +14,6 @@ broken rule raises ``ConfigError`` (a ``ValueError``) with the rule, the values 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import types
@@ -120,7 +119,8 @@ class ConfigFile:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as JSON values (tuples as lists, a nested dataclass as a mapping)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))  # type: ignore[call-overload]
+        settings: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))  # type: ignore[call-overload]
+        return settings
 
 
 def require(rule_holds: bool, message: str, *, setting: str, value: Any) -> None:
@@ -192,9 +192,14 @@ def convert(value: Any, kind: Any, *, name: str, path: bool = False) -> Any:
     raise TypeError(f"no conversion to {kind!r}")
 
 
-@functools.cache
+_TYPE_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    # A dict, not functools.cache: typeshed's cache wants Hashable arguments and mypy does not count a class as one.
+    if cls not in _TYPE_HINTS:
+        _TYPE_HINTS[cls] = typing.get_type_hints(cls)
+    return _TYPE_HINTS[cls]
 
 
 def _number(value: Any, kind: type) -> Any:

@@ -136,7 +136,8 @@ def sample_from_row(row: Mapping[str, Any], source: str = "") -> Sample:
     Raises:
         ValueError: the row cannot be a sample; the message says why.
     """
-    meta = row.get("meta") if isinstance(row.get("meta"), Mapping) else {}
+    meta_value = row.get("meta")
+    meta: Mapping[str, Any] = meta_value if isinstance(meta_value, Mapping) else {}
     if "messages" in row:
         raw, keys = _as_list(row["messages"], "messages"), ("role", "content")
     elif "conversations" in row:
@@ -179,7 +180,9 @@ def _as_list(value: Any, name: str) -> list[Any]:
     return value
 
 
-def _message(message: Any, index: int, role_key: str, content_key: str, *, after: Mapping[str, str] | None) -> dict[str, str]:
+def _message(
+    message: Any, index: int, role_key: str, content_key: str, *, after: Mapping[str, str] | None,
+) -> dict[str, str]:
     """One message in the protocol's roles. OpenAI function-calling fields are read as the protocol writes them:
     ``reasoning_content`` becomes the ``<think>`` block and ``tool_calls`` the ``<tool_call>`` blocks. A user message
     right after a tool-calling assistant turn, or one in a tool role, is a tool result: it is wrapped in

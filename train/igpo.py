@@ -201,7 +201,7 @@ def igpo_advantages(
                   for rollout, values in zip(ordered, normalized)]
     raw_outcomes = [r.value for rollout in ordered for r in rollout if r.is_outcome]
     raw_turns = [r.value for rollout in ordered for r in rollout if not r.is_outcome]
-    stats = AdvantageStats(
+    advantage_stats = AdvantageStats(
         ig_scale=scale,
         outcome_mean=sum(raw_outcomes) / len(raw_outcomes) if raw_outcomes else 0.0,
         turn_reward_mean=sum(raw_turns) / len(raw_turns) if raw_turns else 0.0,
@@ -209,7 +209,7 @@ def igpo_advantages(
         all_same_outcome_groups=same_outcome,
         groups=len(members),
     )
-    return advantages, stats
+    return advantages, advantage_stats
 
 
 def discounted_returns(rewards: Sequence[tuple[int, float]], gamma: float) -> list[tuple[int, float]]:
@@ -275,9 +275,9 @@ def policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss with dual clip and a low-variance KL term, token-mean over ``mask``.
 
-    Per token, with ratio = exp(logprobs - old_logprobs): L = max(-A * ratio, -A * clip(ratio, 1 - clip, 1 + clip_high));
-    for A < 0 it is further capped at -A * dual_clip (Ye et al. 2020, verl ``compute_policy_loss``). The loss is
-    mean(L) + kl_coef * mean(KL) over masked tokens of the whole batch.
+    Per token, with ratio = exp(logprobs - old_logprobs): L = max(-A * ratio, -A * clip(ratio, 1 - clip, 1 +
+    clip_high)); for A < 0 it is further capped at -A * dual_clip (Ye et al. 2020, verl ``compute_policy_loss``). The
+    loss is mean(L) + kl_coef * mean(KL) over masked tokens of the whole batch.
 
     Args:
         logprobs, old_logprobs, advantages, mask: same shape, (batch, seq_len) or (seq_len,); ``logprobs`` carries
@@ -318,8 +318,9 @@ def policy_loss(
             "pg_loss": pg_loss.item(),
             "kl": kl_value,
             "clip_fraction": float(((clipped > unclipped).to(weights.dtype) * weights).sum() / tokens),
-            "dual_clip_fraction": float((((advantages < 0) & (per_token > capped)).to(weights.dtype) * weights).sum()
-                                        / tokens),
+            "dual_clip_fraction": float(
+                (((advantages < 0) & (per_token > capped)).to(weights.dtype) * weights).sum() / tokens
+            ),
             "ratio_mean": float((ratio * weights).sum() / tokens),
             "tokens": float(weights.sum()),
         }

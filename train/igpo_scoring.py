@@ -32,7 +32,7 @@ class PseudoAnswer:
     end: int
 
 
-def pseudo_answer(answer: str, encode: Callable[[str], Any]) -> PseudoAnswer:
+def pseudo_answer(answer: str, encode: Callable[..., Any]) -> PseudoAnswer:
     """Tokenize the pseudo-answer for ``answer`` and find the tokens that carry the answer's characters.
 
     Args:
@@ -71,7 +71,9 @@ def _answer_score(logits: torch.Tensor, answer: PseudoAnswer) -> float:
     return float(rows.gather(1, targets[:, None]).mean())
 
 
-def score_boundaries(model: Any, sequence: Sequence[int], boundaries: Sequence[int], answer: PseudoAnswer) -> list[float]:
+def score_boundaries(
+    model: Any, sequence: Sequence[int], boundaries: Sequence[int], answer: PseudoAnswer
+) -> list[float]:
     """b at each boundary, reusing the KV cache of the shared prefix.
 
     Args:
@@ -105,17 +107,20 @@ def score_boundaries(model: Any, sequence: Sequence[int], boundaries: Sequence[i
             boundary = boundaries[index]
             if boundary > fed:
                 chunk = torch.tensor([list(sequence[fed:boundary])], device=device)
-                last_logits = model(input_ids=chunk, use_cache=True, logits_to_keep=1, **{keyword: cache}).logits[0, -1:]
+                chunk_logits = model(input_ids=chunk, use_cache=True, logits_to_keep=1, **{keyword: cache}).logits
+                last_logits = chunk_logits[0, -1:]
                 fed = boundary
             answer_ids = torch.tensor([list(answer.token_ids)], device=device)
             logits = model(input_ids=answer_ids, use_cache=True, **{keyword: cache}).logits[0]
+            assert last_logits is not None, "boundaries are >= 1 (_check), so the first one fed the context"
             scores[index] = _answer_score(torch.cat([last_logits, logits[:-1]]), answer)
             cache.crop(-len(answer.token_ids))  # a negative length removes the last tokens (all versions)
     return scores
 
 
-def score_boundaries_directly(model: Any, sequence: Sequence[int], boundaries: Sequence[int],
-                              answer: PseudoAnswer) -> list[float]:
+def score_boundaries_directly(
+    model: Any, sequence: Sequence[int], boundaries: Sequence[int], answer: PseudoAnswer
+) -> list[float]:
     """b at each boundary with one full forward of ``sequence[:boundary] + pseudo-answer`` per boundary."""
     import torch
 
@@ -125,7 +130,7 @@ def score_boundaries_directly(model: Any, sequence: Sequence[int], boundaries: S
     with torch.no_grad():
         for boundary in boundaries:
             ids = torch.tensor([list(sequence[:boundary]) + list(answer.token_ids)], device=device)
-            logits = model(input_ids=ids).logits[0, boundary - 1:-1]
+            logits = model(input_ids=ids).logits[0, boundary - 1 : -1]
             scores.append(_answer_score(logits, answer))
     return scores
 

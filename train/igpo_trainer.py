@@ -175,7 +175,9 @@ class IGPOConfig(ConfigFile):
     @property
     def scored_tools(self) -> frozenset[str] | None:
         """The tools whose results are scored for IG; None: every tool."""
-        return None if self.score_after == "all" else frozenset(t.strip() for t in self.score_after.split(",") if t.strip())
+        if self.score_after == "all":
+            return None
+        return frozenset(t.strip() for t in self.score_after.split(",") if t.strip())
 
 
 @dataclass
@@ -431,13 +433,16 @@ class _RolloutServer:
                 raise RolloutServerError(f"the rollout llama-server did not start: {exc}") from exc
             self.engine = OpenAIEngine(self.process.url, exact_token_ids=True)
             return self.engine
-        command = self.config.sync_command.replace("{model_dir}", shlex.quote(str(checkpoint.resolve())))
+        server, sync_command = self.config.rollout_server, self.config.sync_command
+        # IGPOConfig's rules: this path is a rollout_server URL, and a URL comes with a sync_command
+        assert server is not None and sync_command is not None, "a rollout_server URL needs a sync_command"
+        command = sync_command.replace("{model_dir}", shlex.quote(str(checkpoint.resolve())))
         done = subprocess.run(command, shell=True, capture_output=True, text=True)
         if done.returncode != 0:
             raise RolloutServerError(f"sync_command exited with {done.returncode}: "
                                      f"{(done.stderr or done.stdout).strip()[-1000:]}")
         if self.engine is None:
-            self.engine = OpenAIEngine(self.config.rollout_server)
+            self.engine = OpenAIEngine(server)
             # llama-server's streamed replies leave out the ids of tokens that end inside a UTF-8 character
             self.engine.exact_token_ids = self.engine.server_kind == "llama-server"
         return self.engine

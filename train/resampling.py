@@ -57,7 +57,9 @@ def resample(
     if any(not isinstance(m, int) or m < 1 for m in multipliers):
         raise ValueError(f"multipliers must be whole numbers >= 1, got {multipliers}")
     bounds = [0, *(t + 1 for t in thresholds)]
-    labels = [f"{lo}-{hi - 1} turns" for lo, hi in itertools.pairwise(bounds)] + [f">{thresholds[-1]} turns" if thresholds else "all"]
+    labels = [f"{lo}-{hi - 1} turns" for lo, hi in itertools.pairwise(bounds)] + [
+        f">{thresholds[-1]} turns" if thresholds else "all"
+    ]
     counts = [0] * len(multipliers)
     out: list[Sample] = []
     for sample in samples:

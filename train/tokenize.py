@@ -95,7 +95,9 @@ def tokenize_samples(
             rejected.append(Rejected(sample.source, f"nothing to train: {exc}"))
             continue
         except TypeError as exc:  # the tokenizer refuses the text (a lone surrogate: clean the data first)
-            rejected.append(Rejected(sample.source, f"not text the tokenizer takes: {exc} (run venus-edge train clean)"))
+            rejected.append(
+                Rejected(sample.source, f"not text the tokenizer takes: {exc} (run venus-edge train clean)")
+            )
             continue
         if max_tokens is not None and len(tokenized) > max_tokens:
             rejected.append(Rejected(sample.source, f"too long: {len(tokenized)} tokens > {max_tokens}"))

@@ -140,11 +140,12 @@ class ToyWorld:
 
 
 def _word(rng: random.Random, syllables: int) -> str:
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)).capitalize()
+    syllable_texts = (rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables))
+    return "".join(syllable_texts).capitalize()
 
 
 def _distinct_words(rng: random.Random, count: int, syllables: tuple[int, ...],
-                    avoid: set[str] = frozenset()) -> list[str]:
+                    avoid: frozenset[str] | set[str] = frozenset()) -> list[str]:
     words: list[str] = []
     while len(words) < count:
         word = _word(rng, rng.choice(syllables))
@@ -159,7 +160,7 @@ def _heldout_people(shuffled: Sequence[Person], count: int) -> list[Person]:
     for person in shuffled:
         for part in person.name.split(" "):
             uses[part] = uses.get(part, 0) + 1
-    chosen = []
+    chosen: list[Person] = []
     for person in shuffled:
         parts = person.name.split(" ")
         if len(chosen) < count and all(uses[part] > 1 for part in parts):
@@ -192,7 +193,9 @@ def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, held
     for index, name in enumerate(names):
         mentor = names[rng.randrange(index)] if index >= people // 5 else None
         neighbour = names[rng.choice([i for i in range(people) if i != index])]
-        persons.append(Person(name, rng.choice(towns), rng.randrange(1700, 1900), rng.choice(TRADES), mentor, neighbour))
+        persons.append(
+            Person(name, rng.choice(towns), rng.randrange(1700, 1900), rng.choice(TRADES), mentor, neighbour)
+        )
     by_name = {p.name: p for p in persons}
     folder = Path(out_dir)
     corpus = folder / "corpus"
@@ -208,13 +211,14 @@ def generate_world(out_dir: str | Path, *, people: int = 80, seed: int = 0, held
         questions[part] = []
         for person in group:
             for kind in QUESTIONS:
-                mentor = by_name.get(person.mentor or "")
-                if kind.endswith("2") and mentor is None:
+                mentor_person = by_name.get(person.mentor or "")
+                if kind.endswith("2") and mentor_person is None:
                     continue
-                target = mentor if kind.endswith("2") else person
+                target = mentor_person if kind.endswith("2") else person
                 answer = str(getattr(target, kind.rstrip("2")))
                 qid = f"toy-{person.slug}-{kind}"
-                questions[part].append(ToyQuestion(qid, kind, person.name, QUESTIONS[kind].format(name=person.name), answer))
+                question = QUESTIONS[kind].format(name=person.name)
+                questions[part].append(ToyQuestion(qid, kind, person.name, question, answer))
         rng.shuffle(questions[part])
         path = folder / f"questions-{part}.jsonl"
         path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in questions[part]), encoding="utf-8")
@@ -317,8 +321,8 @@ def oracle_policy(question: ToyQuestion, *, detour: bool = False,
                          f"{mentor}. Now I need {GOALS[fact].format(name=mentor)}. I will search for {mentor}.",
                          "search", {"query": [mentor]})
         if done == 3 and question.hops == 2:
-            mentor = _FACT_PATTERNS["mentor"].search(messages[-3][1] if len(messages) >= 3 else "")
-            name = mentor.group(1) if mentor else ""
+            mentor_match = _FACT_PATTERNS["mentor"].search(messages[-3][1] if len(messages) >= 3 else "")
+            name = mentor_match.group(1) if mentor_match else ""
             goal = GOALS[fact].format(name=name)
             return _call(f"{opening} The page of {name} is in the results. I need {goal}. I will read it.", "visit",
                          {"url": [_url_of(observation, name)], "goal": goal})

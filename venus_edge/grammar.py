@@ -7,8 +7,9 @@ llama.cpp's (``grammars/README.md``). Measured facts behind the bounds: TEST_MOD
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 __all__ = ["GrammarLimits"]
 
@@ -34,9 +35,9 @@ def turn_grammar(
 ) -> str:
     """A GBNF grammar (llama.cpp ``grammars/README.md``) for one well-formed turn, generated after ``<think>\\n``.
 
-    The turn is: reasoning without ``<`` (no whitespace at its ends) then one newline, ``</think>\\n\\n``, then either exactly one ``<tool_call>`` whose JSON
-    names a tool of the session with its arguments in schema order, or one ``<answer>`` that starts with a visible
-    character (the parser's ``empty_answer`` can never be sampled); ``actions``
+    The turn is: reasoning without ``<`` (no whitespace at its ends) then one newline, ``</think>\\n\\n``, then either
+    exactly one ``<tool_call>`` whose JSON names a tool of the session with its arguments in schema order, or one
+    ``<answer>`` that starts with a visible character (the parser's ``empty_answer`` can never be sampled); ``actions``
     narrows the choice to one of the two.
     Supported argument types: string, integer, number, boolean, and arrays of those.
 
@@ -44,7 +45,8 @@ def turn_grammar(
         ValueError: a schema property of a type the grammar cannot express.
     """
     rules = {
-        "root": 'reasoning "</think>\\n\\n" ' + {"call": "call", "answer": "answer", "either": "( call | answer )"}[actions],
+        "root": 'reasoning "</think>\\n\\n" '
+        + {"call": "call", "answer": "answer", "either": "( call | answer )"}[actions],
         # No whitespace at either end and one newline before </think>: the text then renders back unchanged
         # through the stripped history and the template, so its sampled tokens stay in the KV cache.
         "reasoning": f'[^< \\t\\r\\n] ( [^<]{{0,{limits.reasoning_chars - 2}}} [^< \\t\\r\\n] )? "\\n"',

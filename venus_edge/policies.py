@@ -25,8 +25,9 @@ context_policy=...)`` or register its name in ``POLICIES``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import venus_edge.protocol as protocol
 
@@ -106,7 +107,7 @@ class ContextPolicy(ABC):
         """The policy and its settings, for the journal's config."""
         return {"name": self.name}
 
-    def resume(self, compactions: Sequence[Mapping[str, Any]]) -> None:
+    def resume(self, compactions: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - an optional no-op hook
         """Restore per-session state from a resumed session's journal ``compaction`` records (default: none)."""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from venus_edge.engines.base import TextCompleter
 from venus_edge.tools.base import Tool

@@ -21,10 +21,11 @@ and ``<tool_response>`` user messages), ready for the protocol renderer. A sessi
 killed run) is read back with ``termination == "incomplete"`` and messages rebuilt from its turn records.
 
 A ``compaction`` record (a context policy edited the conversation, ``venus_edge.policies``) follows the last complete
-turn before it (``turn``: that turn's index, -1 before the first) and holds the whole conversation after the edit (``messages``) and the tool-call keys the
-duplicate guard still holds (``call_keys``), so that ``rebuild_messages`` and a resumed session see what the model
-saw; ``attempts`` counts the samples drawn since the record before it (a turn cut at the budget, a ``summarize``
-policy's notes). A turn's ``attempts`` likewise counts every sample since the record before it.
+turn before it (``turn``: that turn's index, -1 before the first) and holds the whole conversation after the edit
+(``messages``) and the tool-call keys the duplicate guard still holds (``call_keys``), so that ``rebuild_messages`` and
+a resumed session see what the model saw; ``attempts`` counts the samples drawn since the record before it (a turn cut
+at the budget, a ``summarize`` policy's notes). A turn's ``attempts`` likewise counts every sample since the record
+before it.
 
 Records are separated by ``\n`` alone: a text may hold any other line separator (U+2028, U+0085, ``\r``), which
 JSON keeps as it is. A line torn by a crash (cut JSON, cut UTF-8) is skipped and reported by the reader
@@ -43,9 +44,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from venus_edge.errors import TrajectoryError
 from venus_edge.jsonl import append_record, iter_records
@@ -147,8 +149,9 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
     sessions: dict[str, dict[str, Any]] = {}
     skipped: list[SkippedLine] = []
     for number, record in _records(path, skipped):
-        session = sessions.setdefault(record["session_id"], {"start": None, "turns": [], "compactions": [], "end": None,
-                                                             "line": number})
+        session = sessions.setdefault(
+            record["session_id"], {"start": None, "turns": [], "compactions": [], "end": None, "line": number}
+        )
         kind = record["record"]
         missing = [name for name in _REQUIRED[kind] if not isinstance(record.get(name), _REQUIRED[kind][name])]
         if missing:
@@ -165,10 +168,14 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
     for session_id, parts in sessions.items():
         start = parts["start"]
         if start is None:
-            skipped.append(SkippedLine(parts["line"], f"session {session_id} has no start record; its records are left out"))
+            skipped.append(
+                SkippedLine(parts["line"], f"session {session_id} has no start record; its records are left out")
+            )
         elif start.get("schema_version") != SCHEMA_VERSION:
             version = start.get("schema_version")
-            skipped.append(SkippedLine(parts["line"], f"session {session_id} has schema_version {version}, not {SCHEMA_VERSION}"))
+            skipped.append(
+                SkippedLine(parts["line"], f"session {session_id} has schema_version {version}, not {SCHEMA_VERSION}")
+            )
         else:
             trajectories.append(_assemble(session_id, parts))
     return Journal(trajectories, sorted(skipped, key=lambda s: s.line))
@@ -193,8 +200,11 @@ def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict
         if problem:
             skipped.append(SkippedLine(number, problem))
             continue
-        if (not isinstance(record, dict) or record.get("record") not in _REQUIRED
-                or not isinstance(record.get("session_id"), str)):
+        if (
+            not isinstance(record, dict)
+            or record.get("record") not in _REQUIRED
+            or not isinstance(record.get("session_id"), str)
+        ):
             skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and a string 'session_id')"))
             continue
         yield number, record
@@ -202,10 +212,7 @@ def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict
 
 def _assemble(session_id: str, parts: dict[str, Any]) -> Trajectory:
     start, turns, end, compactions = parts["start"], parts["turns"], parts["end"], parts["compactions"]
-    if end is not None:
-        messages = end["messages"]
-    else:
-        messages = rebuild_messages(start, turns, compactions)
+    messages = end["messages"] if end is not None else rebuild_messages(start, turns, compactions)
     return Trajectory(
         session_id=session_id,
         question=start["question"],

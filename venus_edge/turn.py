@@ -7,8 +7,9 @@ record ever written (schema 1), filling fields added since with their empty valu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["Turn"]
 

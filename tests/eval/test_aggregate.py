@@ -34,7 +34,9 @@ class Selector:
         return self.reply
 
 
-@pytest.mark.parametrize("reply, chosen", [("best: 2", 1), ("**best:** 2", 1), ("2", 1), ("best: 9", 0), ("no idea", 0)])
+@pytest.mark.parametrize(
+    "reply, chosen", [("best: 2", 1), ("**best:** 2", 1), ("2", 1), ("best: 9", 0), ("no idea", 0)]
+)
 def test_judge_selection_and_its_fallback_to_the_majority(reply, chosen):
     """Candidates are listed by votes (Paris 2, Lyon 1); naming none of them falls back to the majority."""
     selector = Selector(reply)

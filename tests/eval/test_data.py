@@ -47,7 +47,8 @@ def test_csv_and_parquet_rows(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"question": ["Q1?", "Q2?"], "answer": [f"1{ANSWER_SPLIT}one", "2"]}), tmp_path / "qa.parquet")
+    table = pa.table({"question": ["Q1?", "Q2?"], "answer": [f"1{ANSWER_SPLIT}one", "2"]})
+    pq.write_table(table, tmp_path / "qa.parquet")
     report = load_examples(tmp_path / "qa.parquet", limit=1)
     assert [(e.question, e.answers) for e in report.examples] == [("Q1?", ("1", "one"))]
 

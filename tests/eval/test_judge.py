@@ -13,12 +13,26 @@ from venus_edge.eval.judge import LLMJudge, parse_verdict
     "reply, correct, extracted, confidence",
     [
         ("extracted_final_answer: 3.11\nreasoning: same version\ncorrect: yes\nconfidence: 90", True, "3.11", 0.9),
-        ("**extracted_final_answer:** Python 3.10\n**reasoning:** differs\n**correct:** no\n**confidence:** 75%",
-         False, "Python 3.10", 0.75),
+        (
+            "**extracted_final_answer:** Python 3.10\n**reasoning:** differs\n**correct:** no\n**confidence:** 75%",
+            False,
+            "Python 3.10",
+            0.75,
+        ),
         ("Extracted_Final_Answer = 4\nReasoning = ok\nCorrect = YES.\n", True, "4", None),
-        ("- extracted_final_answer: None\n- reasoning: no answer given\n- correct: no\n- confidence: 100", False, "", 1.0),
-        ("extracted_final_answer: 7\nreasoning: the response says seven\nwhich matches\ncorrect: Yes, it matches\n"
-         "confidence: 250", True, "7", 1.0),
+        (
+            "- extracted_final_answer: None\n- reasoning: no answer given\n- correct: no\n- confidence: 100",
+            False,
+            "",
+            1.0,
+        ),
+        (
+            "extracted_final_answer: 7\nreasoning: the response says seven\nwhich matches\ncorrect: Yes, it matches\n"
+            "confidence: 250",
+            True,
+            "7",
+            1.0,
+        ),
         ("extracted_final_answer: 7\ncorrect: incorrect", False, "7", None),
         ("The answer looks right to me.", None, "", None),
         ("extracted_final_answer: 7\nreasoning: unsure\ncorrect: maybe\nconfidence: 50", None, "7", 0.5),

@@ -47,7 +47,9 @@ def _tensor_bytes(path: Path) -> dict[str, bytes]:
     """GGUF tensor name -> raw data bytes, through our header reader and a plain file read."""
     header = read_gguf_header(path)
     data = path.read_bytes()
-    return {t.name: data[header.data_offset + t.offset : header.data_offset + t.offset + t.n_bytes] for t in header.tensors}
+    return {
+        t.name: data[header.data_offset + t.offset : header.data_offset + t.offset + t.n_bytes] for t in header.tensors
+    }
 
 
 def _variant(checkpoint: Path, tmp_path: Path, *, config_edit=None, drop: tuple[str, ...] = ()) -> Path:
@@ -85,10 +87,16 @@ def test_f32_metadata_matches_config(tiny_gguf_f32, chatml_template):
     assert meta[gguf.Keys.Rope.FREQ_BASE.format(arch=arch)] == config.rope_theta
     assert meta[gguf.Keys.Tokenizer.CHAT_TEMPLATE] == chatml_template
     assert info["tokenizer"] == {
-        "model": "gpt2", "pre": "qwen2", "n_tokens": 151936, "n_merges": 151387,
+        "model": "gpt2",
+        "pre": "qwen2",
+        "n_tokens": 151936,
+        "n_merges": 151387,
         "token_type_counts": {"NORMAL": 151643, "CONTROL": 20, "USER_DEFINED": 6, "UNUSED": 267},
-        "bos_token_id": 151643, "eos_token_id": 151645, "padding_token_id": 151643,
-        "add_bos_token": False, "has_chat_template": True,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "padding_token_id": 151643,
+        "add_bos_token": False,
+        "has_chat_template": True,
     }
     # tied embeddings: no output tensor; 1-D norms F32; 2 layers x 11 + token_embd + output_norm
     assert info["n_tensors"] == 24 and info["tensor_types"] == {"F32": 24}
@@ -144,11 +152,16 @@ def test_unsupported_architecture(tiny_checkpoint, tmp_path):
 
 def test_missing_and_extra_tensors(tiny_checkpoint, tmp_path):
     three_layers = _variant(tiny_checkpoint, tmp_path, config_edit=lambda c: c.update(num_hidden_layers=3))
-    with pytest.raises(MissingTensorError, match=r"missing .*model\.layers\.2\.mlp\.down_proj\.weight \(expected in model\.safetensors\)"):
+    with pytest.raises(
+        MissingTensorError,
+        match=r"missing .*model\.layers\.2\.mlp\.down_proj\.weight \(expected in model\.safetensors\)",
+    ):
         convert_checkpoint(three_layers, tmp_path / "out.gguf")
     shutil.rmtree(three_layers)
     one_layer = _variant(tiny_checkpoint, tmp_path, config_edit=lambda c: c.update(num_hidden_layers=1))
-    with pytest.raises(MissingTensorError, match=r"unexpected .*model\.layers\.1\.self_attn\.q_proj\.weight \(in model\.safetensors\)"):
+    with pytest.raises(
+        MissingTensorError, match=r"unexpected .*model\.layers\.1\.self_attn\.q_proj\.weight \(in model\.safetensors\)"
+    ):
         convert_checkpoint(one_layer, tmp_path / "out.gguf")
     _assert_no_partial_files(tmp_path)
 
@@ -156,14 +169,19 @@ def test_missing_and_extra_tensors(tiny_checkpoint, tmp_path):
 def test_missing_shard_names_its_tensors(tmp_path):
     sharded = write_tiny_qwen3(tmp_path / "ckpt", seed=1, dtype="float16", shards=2)
     (sharded / "model-00002-of-00002.safetensors").unlink()
-    with pytest.raises(MissingTensorError, match=r"model\.norm\.weight \(expected in model-00002-of-00002\.safetensors\)"):
+    with pytest.raises(
+        MissingTensorError, match=r"model\.norm\.weight \(expected in model-00002-of-00002\.safetensors\)"
+    ):
         convert_checkpoint(sharded, tmp_path / "out.gguf")
     _assert_no_partial_files(tmp_path)
 
 
 def test_tensor_shape_mismatch(tiny_checkpoint, tmp_path):
     folder = _variant(tiny_checkpoint, tmp_path, config_edit=lambda c: c.update(intermediate_size=768))
-    with pytest.raises(TensorShapeError, match=r"down_proj\.weight in model\.safetensors has shape \(256, 512\); config\.json implies \(256, 768\)"):
+    with pytest.raises(
+        TensorShapeError,
+        match=r"down_proj\.weight in model\.safetensors has shape \(256, 512\); config\.json implies \(256, 768\)",
+    ):
         convert_checkpoint(folder, tmp_path / "out.gguf")
     _assert_no_partial_files(tmp_path)
 

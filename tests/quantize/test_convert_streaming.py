@@ -27,7 +27,11 @@ SMALL = dataclasses.replace(
     Qwen3Config.tiny(), vocab_size=1000, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
     num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
 )
-TEXTS = ["def run(self):\n    return {'k': [1, 2, 3]}\n", "## Results\n1. **Top-1** = 98.5%\n", "café crème brûlée"] * 20
+TEXTS = [
+    "def run(self):\n    return {'k': [1, 2, 3]}\n",
+    "## Results\n1. **Top-1** = 98.5%\n",
+    "café crème brûlée",
+] * 20
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +59,9 @@ def _write_tensors_whole(writer, folder, planned, chunk_bytes=None) -> None:
 @pytest.mark.parametrize("source_dtype", ["bfloat16", "float32", "float16"])
 def test_streamed_file_is_byte_identical_to_whole_tensor_encoding(source_dtype, small_tokenizer, tmp_path, monkeypatch):
     """Blocks of 1 row (100 B) and of 3 rows (1000 B, 1000 rows: a short last block); norms split in blocks too."""
-    checkpoint = write_tiny_qwen3(tmp_path / "ckpt", config=SMALL, seed=3, dtype=source_dtype, tokenizer_dir=small_tokenizer)
+    checkpoint = write_tiny_qwen3(
+        tmp_path / "ckpt", config=SMALL, seed=3, dtype=source_dtype, tokenizer_dir=small_tokenizer
+    )
     for out_type in ("f16", "bf16", "f32"):
         with monkeypatch.context() as patch:
             patch.setattr(convert_module, "_write_tensors", _write_tensors_whole)
@@ -87,15 +93,22 @@ def test_peak_rss_growth_is_far_below_the_embedding(small_tokenizer, tmp_path):
     mapped BF16 pages (128 MiB); streaming holds a few `STREAM_CHUNK_BYTES` buffers.
     """
     config = dataclasses.replace(SMALL, vocab_size=65536, hidden_size=1024, intermediate_size=256)
-    checkpoint = write_tiny_qwen3(tmp_path / "ckpt", config=config, seed=0, dtype="bfloat16", tokenizer_dir=small_tokenizer)
+    checkpoint = write_tiny_qwen3(
+        tmp_path / "ckpt", config=config, seed=0, dtype="bfloat16", tokenizer_dir=small_tokenizer
+    )
     embedding_f32_bytes = config.vocab_size * config.hidden_size * 4
-    result = subprocess.run([sys.executable, "-c", _MEASURE, str(checkpoint), str(tmp_path / "out.gguf"), "f16"],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(checkpoint), str(tmp_path / "out.gguf"), "f16"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     growth_bytes = (measured["peak_kib"] - measured["before_kib"]) * 1024
     assert growth_bytes < 0.5 * embedding_f32_bytes, (
-        f"peak RSS grew by {growth_bytes / 2**20:.0f} MiB converting a {embedding_f32_bytes / 2**20:.0f} MiB embedding")
+        f"peak RSS grew by {growth_bytes / 2**20:.0f} MiB converting a {embedding_f32_bytes / 2**20:.0f} MiB embedding"
+    )
     assert (tmp_path / "out.gguf").stat().st_size > embedding_f32_bytes // 2  # the F16 embedding was written
 
 
@@ -103,7 +116,9 @@ def test_truncated_shard_is_reported_before_writing(small_tokenizer, tmp_path):
     checkpoint = write_tiny_qwen3(tmp_path / "ckpt", config=SMALL, seed=0, tokenizer_dir=small_tokenizer)
     shard = checkpoint / "model.safetensors"
     shard.write_bytes(shard.read_bytes()[:-10])
-    with pytest.raises(ConversionError, match=r"model\.safetensors: tensor .* has data_offsets .* truncated or corrupt"):
+    with pytest.raises(
+        ConversionError, match=r"model\.safetensors: tensor .* has data_offsets .* truncated or corrupt"
+    ):
         convert_checkpoint(checkpoint, tmp_path / "out.gguf")
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*.partial"))
 
@@ -115,5 +130,7 @@ def test_integer_dtype_is_reported(small_tokenizer, tmp_path):
     weights = load_file(checkpoint / "model.safetensors")
     weights["model.norm.weight"] = weights["model.norm.weight"].astype(np.int32)
     save_file(weights, checkpoint / "model.safetensors")
-    with pytest.raises(ConversionError, match=r"tensor model\.norm\.weight has dtype I32; this converter reads F64, F32"):
+    with pytest.raises(
+        ConversionError, match=r"tensor model\.norm\.weight has dtype I32; this converter reads F64, F32"
+    ):
         convert_checkpoint(checkpoint, tmp_path / "out.gguf")

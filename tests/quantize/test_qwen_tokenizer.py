@@ -31,7 +31,9 @@ def test_ids_match_tiktoken_on_varied_text(tmp_path):
     """Token ids equal tiktoken's with the same ranks and split regex (NFC-normal text, no added tokens)."""
     folder = build_qwen3_tokenizer_files(tmp_path)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    encoding = tiktoken.Encoding("qwen", pat_str=QWEN2_SPLIT_PATTERN, mergeable_ranks=load_qwen_ranks(), special_tokens={})
+    encoding = tiktoken.Encoding(
+        "qwen", pat_str=QWEN2_SPLIT_PATTERN, mergeable_ranks=load_qwen_ranks(), special_tokens={}
+    )
     text = unicodedata.normalize("NFC", VARIED_TEXT)
     ours, reference = tokenizer.encode(text).ids, encoding.encode(text)
     first_diff = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b), None)
@@ -50,9 +52,16 @@ def test_added_tokens_have_qwen3_ids_and_flags(tmp_path):
     assert tokenizer.encode("<|im_start|>user\n<think>x</think><tool_call>").ids[:4] == [151644, 872, 198, 151667]
     config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert config["chat_template"] == "{{ messages }}"
-    assert config["eos_token"] == "<|im_end|>" and config["pad_token"] == "<|endoftext|>" and config["bos_token"] is None
+    assert (
+        config["eos_token"] == "<|im_end|>" and config["pad_token"] == "<|endoftext|>" and config["bos_token"] is None
+    )
     assert config["added_tokens_decoder"]["151657"] == {
-        "content": "<tool_call>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": False,
+        "content": "<tool_call>",
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": False,
     }
 
 

@@ -158,9 +158,9 @@ class _Handler(BaseHTTPRequestHandler):
     /redirect-to-docs, /redirect-private, /binary, /octet, /empty, /js-shell (a single-page-app shell), /text, /pdf,
     /pdf-octet (a PDF sent as application/octet-stream), /pdf-broken, /pdf-scan (a page without text),
     /together-<name> (answers only once ``TOGETHER_PARTIES`` such requests are in flight at the same time),
-    /charset/<name> (``CHARSET_PAGES``: pages in other encodings, declared in other places), /gzip (a gzip-encoded page), /gzip-bomb (40 KB of gzip that inflate to 40 MB), /gzip-twice (two stacked
-    layers), /gzip-broken (declared gzip, not gzip), /drip (headers sent a byte every 0.2 s), /hop-<n> (waits
-    0.4 s, then redirects to /hop-<n+1>)."""
+    /charset/<name> (``CHARSET_PAGES``: pages in other encodings, declared in other places), /gzip (a gzip-encoded
+    page), /gzip-bomb (40 KB of gzip that inflate to 40 MB), /gzip-twice (two stacked layers), /gzip-broken (declared
+    gzip, not gzip), /drip (headers sent a byte every 0.2 s), /hop-<n> (waits 0.4 s, then redirects to /hop-<n+1>)."""
 
     docs_root: Path = DOCS_ROOT
     protocol_version = "HTTP/1.1"

@@ -76,4 +76,7 @@ def test_the_call_key_is_the_same_for_every_spelling_of_one_call():
     keys = {coerce_arguments(SEARCH_SCHEMA, s).key for s in spellings}
     assert len(keys) == 1, keys
     assert keys != {call_key("visit", {"query": ["q"]})}
-    assert coerce_arguments(SEARCH_SCHEMA, {"query": ["q", "r"]}).key != coerce_arguments(SEARCH_SCHEMA, {"query": ["r", "q"]}).key
+    assert (
+        coerce_arguments(SEARCH_SCHEMA, {"query": ["q", "r"]}).key
+        != coerce_arguments(SEARCH_SCHEMA, {"query": ["r", "q"]}).key
+    )

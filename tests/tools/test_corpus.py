@@ -129,7 +129,9 @@ def test_full_python_docs(docs_root: Path, tmp_path: Path) -> None:
     again = Corpus.open(docs_root, index_dir=tmp_path / "index", name="pydocs")
     assert corpus.stats.extracted == len(corpus) >= 500, corpus.stats
     assert again.loaded_from_cache and again.stats.extracted == 0 and len(again) == len(corpus)
-    for query, page in [("when was tomllib added", "library/tomllib.html"), ("default pickle protocol", "library/pickle.html")]:
+    expected_pages = [("when was tomllib added", "library/tomllib.html"),
+                      ("default pickle protocol", "library/pickle.html")]
+    for query, page in expected_pages:
         assert again.search(query, k=1)[0].url == f"corpus://pydocs/{page}", query
 
 
@@ -244,7 +246,9 @@ def test_search_matches_other_forms_of_a_word(tmp_path: Path) -> None:
 
 def test_chinese_documents_answer_chinese_queries(tmp_path: Path) -> None:
     """CJK text has no spaces: each character is a term, so a Chinese query finds the Chinese page."""
-    (tmp_path / "toml.md").write_text("# tomllib\n\ntomllib 模块在 Python 3.11 中被添加，用于解析 TOML 文件。\n", encoding="utf-8")
+    (tmp_path / "toml.md").write_text(
+        "# tomllib\n\ntomllib 模块在 Python 3.11 中被添加，用于解析 TOML 文件。\n", encoding="utf-8"
+    )
     (tmp_path / "pickle.md").write_text("# pickle\n\npickle 模块的默认协议版本是 4。\n", encoding="utf-8")
     corpus = Corpus.open(tmp_path, index_dir=tmp_path / "index", name="zh")
     first = corpus.search("哪个版本添加了 tomllib 模块", k=1)[0]

@@ -144,7 +144,9 @@ ARTICLE = ("The committee approved the new budget after a long debate about hosp
            "Closing remarks about the vote and the schedule of the next meetings of the regional council.")
 
 
-@pytest.mark.parametrize("marker", ["\u00ad", "\u200b", "\u2060", "\ufeff"], ids=["soft hyphen", "zwsp", "joiner", "bom"])
+@pytest.mark.parametrize(
+    "marker", ["\u00ad", "\u200b", "\u2060", "\ufeff"], ids=["soft hyphen", "zwsp", "joiner", "bom"]
+)
 def test_text_the_main_pass_normalized_is_not_put_back_twice(marker):
     """trafilatura drops soft hyphens and zero-width characters; the recall pass compares on a folded form."""
     first = ARTICLE[0].replace("budget", f"bud{marker}get").replace("hospitals", f"hos{marker}pitals")
@@ -168,8 +170,10 @@ HIDDEN = {
 
 @pytest.mark.parametrize("extra", HIDDEN.values(), ids=HIDDEN.keys())
 def test_hidden_text_media_fallbacks_and_furniture_are_not_put_back(extra):
-    html = (f"<html><body><div class='content'><p>{ARTICLE[0]}</p>{extra}<p>{ARTICLE[1]}</p><p>{ARTICLE[2]}</p>"
-            "</div></body></html>")
+    html = (
+        f"<html><body><div class='content'><p>{ARTICLE[0]}</p>{extra}<p>{ARTICLE[1]}</p><p>{ARTICLE[2]}</p>"
+        "</div></body></html>"
+    )
     text = " ".join(extract_passages(html, "text/html"))
     hidden = lxml.html.fromstring(extra).text_content().strip()[:20]
     assert hidden not in text and all(p[:30] in text for p in ARTICLE), text
@@ -178,9 +182,11 @@ def test_hidden_text_media_fallbacks_and_furniture_are_not_put_back(extra):
 def test_a_restored_line_goes_in_its_place_even_after_a_repeated_label():
     """The dropped line is inserted before the next kept line at or after where the walk is, not before the first
     paragraph that happens to hold the same short text."""
-    html = ("<html><body><div id='main'>"
-            f"<p>Example: yes.</p><p>{ARTICLE[0]}</p>Dropped line that belongs right here in the middle.<br>"
-            f"<p>Example: yes.</p><p>{ARTICLE[2]}</p></div></body></html>")
+    html = (
+        "<html><body><div id='main'>"
+        f"<p>Example: yes.</p><p>{ARTICLE[0]}</p>Dropped line that belongs right here in the middle.<br>"
+        f"<p>Example: yes.</p><p>{ARTICLE[2]}</p></div></body></html>"
+    )
     passages = extract_passages(html, "text/html")
     text = " ".join(passages)
     assert text.index(ARTICLE[0][:30]) < text.index("Dropped line") < text.index(ARTICLE[2][:30]), passages

@@ -37,7 +37,8 @@ def unreadable(url: str, goal: str) -> str:
     """The reference tool's fixed text for a page it could not read (DR-Venus tool_visit.py)."""
     return (
         f"The useful information in {url} for user goal {goal} as follows: \n\n"
-        "Evidence in page: \nThe provided webpage content could not be accessed. Please check the URL or file format.\n\n"
+        "Evidence in page: \nThe provided webpage content could not be accessed. Please check the URL or file format.\n"
+        "\n"
         "Summary: \nThe webpage content could not be processed, and therefore, no information is available.\n\n"
     )
 
@@ -85,7 +86,8 @@ def test_extractive_output_without_completer(subset_corpus: Corpus) -> None:
 
 
 def test_fenced_json_with_prose_is_repaired(subset_corpus: Corpus, scripted_completer: type) -> None:
-    reply = 'Sure! Here it is:\n```json\n{"rational": "r", "evidence": ["line one", "line two"], "summary": "s"}\n```\nDone.'
+    reply = ('Sure! Here it is:\n```json\n{"rational": "r", "evidence": ["line one", "line two"], "summary": "s"}\n'
+             '```\nDone.')
     completer = scripted_completer([reply])
     result = VisitTool(corpora=[subset_corpus], completer=completer)({"url": PICKLE, "goal": GOAL})
     assert "Evidence in page: \nline one\nline two\n\nSummary: \ns" in result.text, result.text
@@ -118,7 +120,11 @@ def test_completer_exception_falls_back(subset_corpus: Corpus, scripted_complete
 
 
 def test_parse_extraction_rules() -> None:
-    assert parse_extraction('{"rational": 1, "evidence": "e", "summary": "s"}') == {"rational": "1", "evidence": "e", "summary": "s"}
+    assert parse_extraction('{"rational": 1, "evidence": "e", "summary": "s"}') == {
+        "rational": "1",
+        "evidence": "e",
+        "summary": "s",
+    }
     assert parse_extraction('["a list"]') is None
     assert parse_extraction('{"evidence": "", "summary": "s"}') is None
     assert parse_extraction("") is None
@@ -322,9 +328,17 @@ def test_the_agent_loop_goes_on_past_every_failure(server_url: str) -> None:
     from venus_edge.events import ToolReturned
     from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
 
-    cases = {"/403": "blocked", "/no-such-page": "http_error", "/slow": "timeout", "/huge": "too_large",
-             "/loop": "too_many_redirects", "/redirect-private": "refused_address", "/js-shell": "empty",
-             "/binary": "not_text", "/pdf-broken": "not_text"}
+    cases = {
+        "/403": "blocked",
+        "/no-such-page": "http_error",
+        "/slow": "timeout",
+        "/huge": "too_large",
+        "/loop": "too_many_redirects",
+        "/redirect-private": "refused_address",
+        "/js-shell": "empty",
+        "/binary": "not_text",
+        "/pdf-broken": "not_text",
+    }
     turns = [tool_call_turn("visit", url=[f"{server_url}{path}"], goal="g") for path in cases]
     with VisitTool(limits=FAST, allowed_networks=["127.0.0.1/32"]) as visit:
         agent = Agent(ScriptedEngine([*turns, answer_turn("done")]), [visit], config=AgentConfig())

@@ -174,9 +174,11 @@ def test_all_engines_rate_limited_backs_off_then_recovers(web: FakeWeb) -> None:
     b = backend(base_backoff_s=1.0, max_backoff_s=8.0)
     hits = b.search("toml", 10)
     assert len(hits) == 2
-    assert outcomes(b) == [("duckduckgo", "rate_limited"), ("brave", "rate_limited"), ("mojeek", "rate_limited")] * 2 + [
-        ("duckduckgo", "ok")
-    ]
+    assert outcomes(b) == [
+        ("duckduckgo", "rate_limited"),
+        ("brave", "rate_limited"),
+        ("mojeek", "rate_limited"),
+    ] * 2 + [("duckduckgo", "ok")]
     first, second = b.sleep.delays
     assert 0.5 <= first < 1.0 and 1.0 <= second < 2.0, b.sleep.delays
 
@@ -300,8 +302,11 @@ def test_a_failed_search_still_reports_its_attempts(web: FakeWeb) -> None:
     assert [(a.backend, a.outcome) for a in result.attempts] == throttled * 2
     assert [a.waited_s for a in result.attempts] == [0.0, 0.0, b.sleep.delays[0], 0.0]
     assert result.attempts[0].to_dict() == {
-        "backend": "duckduckgo", "target": "q", "outcome": "rate_limited",
-        "detail": "duckduckgo answered HTTP 429 (rate limited)", "waited_s": 0.0,
+        "backend": "duckduckgo",
+        "target": "q",
+        "outcome": "rate_limited",
+        "detail": "duckduckgo answered HTTP 429 (rate limited)",
+        "waited_s": 0.0,
     }
 
 
@@ -324,8 +329,16 @@ def test_an_engines_snippet_date_becomes_date_published(web: FakeWeb, engine_hos
     assert hit["snippet"] == f"Date published: {date}\n\nPython 3.12.2 is out."
 
 
-@pytest.mark.parametrize("snippet", ["Marvel 5, 2024 - movie news", "Mayor 12, 2024 - council", "10 years ago - he wrote",
-                                     "Dec 25, 2023 -x", "2024 was a year"])
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "Marvel 5, 2024 - movie news",
+        "Mayor 12, 2024 - council",
+        "10 years ago - he wrote",
+        "Dec 25, 2023 -x",
+        "2024 was a year",
+    ],
+)
 def test_prose_that_looks_like_a_date_is_not_one(snippet) -> None:
     assert split_snippet_date(snippet) == (None, snippet)
 

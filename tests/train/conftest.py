@@ -15,7 +15,9 @@ def qwen3_tokenizer(tmp_path_factory: pytest.TempPathFactory, qwen3_thinking_tem
 
     from venus_edge.quantize.qwen_tokenizer import build_qwen3_tokenizer_files
 
-    folder = build_qwen3_tokenizer_files(tmp_path_factory.mktemp("qwen3-tokenizer"), chat_template=qwen3_thinking_template)
+    folder = build_qwen3_tokenizer_files(
+        tmp_path_factory.mktemp("qwen3-tokenizer"), chat_template=qwen3_thinking_template
+    )
     return AutoTokenizer.from_pretrained(folder)
 
 

@@ -105,7 +105,8 @@ def test_markdown_search_results_become_the_search_tools_json():
     ]
     converted = convert_search_results(sample(SYSTEM, QUESTION, call("search", {"query": ["x"]}),
                                               response(MARKDOWN_SEARCH), answer()), CONTEXT)
-    assert json.loads(contents(converted)[3].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")) == blocks
+    observed = contents(converted)[3].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
+    assert json.loads(observed) == blocks
 
 
 @pytest.mark.parametrize("text", [
@@ -118,7 +119,9 @@ def test_other_tool_responses_are_left_alone(text):
 
 
 def test_calls_of_unknown_tools_are_pruned_with_their_responses():
-    python = {"role": "assistant", "content": "<think>\nCompute.\n</think>\n<tool_call>\n{\"name\": \"PythonInterpreter\", \"arguments\": {}}\n<code>print(1)</code>\n</tool_call>"}
+    python = {"role": "assistant", "content": "<think>\nCompute.\n</think>\n<tool_call>\n{\"name\": "
+                                              "\"PythonInterpreter\", \"arguments\": {}}\n<code>print(1)</code>\n"
+                                              "</tool_call>"}
     original = sample(SYSTEM, QUESTION, python, response("1"), call("search", {"query": ["x"]}), response(), answer())
     pruned = prune_unknown_tools(original, CONTEXT)
     assert list(pruned.messages) == [SYSTEM, QUESTION, call("search", {"query": ["x"]}), response(), answer()]
@@ -126,9 +129,11 @@ def test_calls_of_unknown_tools_are_pruned_with_their_responses():
 
 def test_turns_are_rebuilt_canonically_with_the_runtimes_parser():
     slips = [
-        {"role": "assistant", "content": "<think>\nSearch it.\n</think>\n<tool_call>\n{'name': 'search', 'arguments': {'query': ['x'],}}\n</tool_call>"},
+        {"role": "assistant", "content": "<think>\nSearch it.\n</think>\n<tool_call>\n{'name': 'search', 'arguments': "
+                                         "{'query': ['x'],}}\n</tool_call>"},
         response(),
-        {"role": "assistant", "content": "Search it.\n</think>\n\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": [\"y\"]}}\n</tool_call>  "},
+        {"role": "assistant", "content": "Search it.\n</think>\n\n<tool_call>\n{\"name\": \"search\", \"arguments\": "
+                                         "{\"query\": [\"y\"]}}\n</tool_call>  "},
         response(),
         {"role": "assistant", "content": "<think>\nFound it.</think>\n<answer>Taneli Hukkinen</answer>"},
     ]
@@ -139,7 +144,8 @@ def test_turns_are_rebuilt_canonically_with_the_runtimes_parser():
 
 @pytest.mark.parametrize("broken", [
     "<think>\nSearch.\n</think>\n\n<tool_call>\n{\"name\": \"search\", \"arguments\": \n</tool_call>",  # invalid JSON
-    "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": [\"x\"]}}\n</tool_call>",  # no reasoning
+    # no reasoning
+    "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": [\"x\"]}}\n</tool_call>",
     "<think>\nHmm.\n</think>\n\nI will search later.",  # no action
 ])
 def test_a_broken_middle_turn_is_removed_with_its_response(broken):
@@ -148,9 +154,10 @@ def test_a_broken_middle_turn_is_removed_with_its_response(broken):
     assert list(rebuilt.messages) == [SYSTEM, QUESTION, call("search", {"query": ["y"]}), response(), answer()]
 
 
-@pytest.mark.parametrize("last", [call("search", {"query": ["x"]}), {"role": "assistant", "content": "<think>\nDone.\n</think>\n\n<answer>\n\n</answer>"}])
+@pytest.mark.parametrize("last", [call("search", {"query": ["x"]}), {"role": "assistant", "content": "<think>\nDone.\n"
+                                                                                                     "</think>\n\n<answer>\n\n</answer>"}])
 def test_a_sample_whose_last_turn_is_not_an_answer_is_dropped(last):
-    with pytest.raises(Dropped, match="^no answer"):
+    with pytest.raises(Dropped, match=r"^no answer"):
         rebuild_turns(sample(SYSTEM, QUESTION, last), CONTEXT)
 
 
@@ -165,12 +172,14 @@ def test_search_arguments_are_coerced_to_the_schema(arguments, expected):
 
 
 @pytest.mark.parametrize(("arguments", "expected"), [
-    ({"urls": "https://a.example", "goal": ["find the author", "ignored"]}, {"url": ["https://a.example"], "goal": "find the author"}),
+    ({"urls": "https://a.example", "goal": ["find the author", "ignored"]},
+     {"url": ["https://a.example"], "goal": "find the author"}),
     ({"url": ["https://a.example"], "goal": "g"}, {"url": ["https://a.example"], "goal": "g"}),
 ])
 def test_visit_arguments_are_coerced_to_the_schema(arguments, expected):
     normalized = normalize_arguments(sample(SYSTEM, QUESTION, call("visit", arguments), response(), answer()), CONTEXT)
-    assert json.loads(contents(normalized)[2].split("<tool_call>\n")[1].split("\n</tool_call>")[0])["arguments"] == expected
+    call_json = contents(normalized)[2].split("<tool_call>\n")[1].split("\n</tool_call>")[0]
+    assert json.loads(call_json)["arguments"] == expected
 
 
 def test_duplicate_calls_are_dropped_with_their_responses_after_coercion():
@@ -189,7 +198,8 @@ def test_duplicate_calls_are_dropped_with_their_responses_after_coercion():
     ([SYSTEM, QUESTION, answer(), response(), answer()], "answers early"),
     ([QUESTION, answer()], "2 messages"),
     ([SYSTEM, response(), answer()], "not the question"),
-    ([SYSTEM, QUESTION, {"role": "assistant", "content": "<think>\nx\n</think>\n\n<answer>\na\n</answer> trailing"}], "text_after_action"),
+    ([SYSTEM, QUESTION, {"role": "assistant", "content": "<think>\nx\n</think>\n\n<answer>\na\n</answer> trailing"}],
+     "text_after_action"),
 ])
 def test_structure_validation_drops_what_the_protocol_does_not_allow(messages, reason):
     with pytest.raises(Dropped, match=reason):
@@ -224,11 +234,14 @@ def test_the_correctness_filter_uses_the_judge():
 def test_a_raw_open_data_row_comes_out_in_the_trained_format_with_a_report():
     raw = sample(
         {"role": "user", "content": "Who wrote tomllib?"},
-        {"role": "assistant", "content": "<think>\nSearch it.\n</think>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"queries\": \"tomllib author\"}}\n</tool_call>"},
+        {"role": "assistant", "content": "<think>\nSearch it.\n</think>\n<tool_call>\n{\"name\": \"search\", "
+                                         "\"arguments\": {\"queries\": \"tomllib author\"}}\n</tool_call>"},
         {"role": "user", "content": observation(MARKDOWN_SEARCH)},
-        {"role": "assistant", "content": "<think>\nRun code.\n</think>\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}\n</tool_call>"},
+        {"role": "assistant", "content": "<think>\nRun code.\n</think>\n<tool_call>\n{\"name\": \"python\", "
+                                         "\"arguments\": {\"code\": \"1\"}}\n</tool_call>"},
         response("1"),
-        {"role": "assistant", "content": "<think>\nSearch again.\n</think>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": [\"tomllib author\"]}}\n</tool_call>"},
+        {"role": "assistant", "content": "<think>\nSearch again.\n</think>\n<tool_call>\n{\"name\": \"search\", "
+                                         "\"arguments\": {\"query\": [\"tomllib author\"]}}\n</tool_call>"},
         response("same"),
         {"role": "assistant", "content": "<think>\nFound it.\n</think>\n<answer>\nTaneli Hukkinen\n</answer>"},
     )
@@ -253,12 +266,14 @@ def test_a_raw_open_data_row_comes_out_in_the_trained_format_with_a_report():
 def test_only_responses_to_a_search_call_are_converted():
     """A visited page that quotes search results keeps its text."""
     page = "Notes.\n" + MARKDOWN_SEARCH
-    original = sample(SYSTEM, QUESTION, call("visit", {"url": ["https://a.example"], "goal": "g"}), response(page), answer())
+    visit = call("visit", {"url": ["https://a.example"], "goal": "g"})
+    original = sample(SYSTEM, QUESTION, visit, response(page), answer())
     assert convert_search_results(original, CONTEXT) == original
 
 
 def test_a_call_written_inside_the_reasoning_moves_out_of_it_once():
-    inside = {"role": "assistant", "content": "<think>\nSearch it. <tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": [\"x\"]}}\n</tool_call>\n</think>"}
+    inside = {"role": "assistant", "content": "<think>\nSearch it. <tool_call>\n{\"name\": \"search\", \"arguments\": "
+                                              "{\"query\": [\"x\"]}}\n</tool_call>\n</think>"}
     rebuilt = rebuild_turns(sample(SYSTEM, QUESTION, inside, response(), answer()), CONTEXT)
     assert rebuilt.messages[2]["content"].count("<tool_call>") == 1
     validate_structure(rebuilt, CONTEXT)
@@ -277,14 +292,21 @@ def test_a_call_written_inside_the_reasoning_moves_out_of_it_once():
 def test_calls_whose_arguments_stay_invalid_are_removed_with_their_responses(name, arguments):
     normalized = normalize_arguments(sample(SYSTEM, QUESTION, call(name, arguments), response("bad"),
                                             call("search", {"query": ["ok"]}), response("good"), answer()), CONTEXT)
-    assert contents(normalized)[2:] == [call("search", {"query": ["ok"]})["content"], observation("good"), answer()["content"]]
+    expected = [call("search", {"query": ["ok"]})["content"], observation("good"), answer()["content"]]
+    assert contents(normalized)[2:] == expected
 
 
-@pytest.mark.parametrize(("first", "again"), [
-    (("search", {"query": ["a", "b"]}), ("search", {"query": ["b", "a"]})),
-    (("search", {"query": ["a"]}), ("search", {"query": [" a "]})),
-    (("visit", {"url": ["https://a.example"], "goal": "one"}), ("visit", {"url": "https://a.example", "goal": "two"})),
-])
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [
+        (("search", {"query": ["a", "b"]}), ("search", {"query": ["b", "a"]})),
+        (("search", {"query": ["a"]}), ("search", {"query": [" a "]})),
+        (
+            ("visit", {"url": ["https://a.example"], "goal": "one"}),
+            ("visit", {"url": "https://a.example", "goal": "two"}),
+        ),
+    ],
+)
 def test_repeats_are_counted_as_the_reference_counts_them(first, again):
     original = sample(SYSTEM, QUESTION, call(*first), response("1"), call(*again, "Again."), response("2"), answer())
     assert contents(drop_duplicate_calls(original, CONTEXT))[3:] == [observation("1"), answer()["content"]]

@@ -65,7 +65,7 @@ def test_a_config_built_in_python_is_converted_to_its_fields_types():
 def test_required_settings_are_the_fields_without_a_default():
     assert SFTConfig.required_settings() == ("model", "data", "output_dir")
     assert IGPOConfig.required_settings() == ("model", "questions", "corpus", "output_dir")
-    with pytest.raises(ConfigError, match="missing required setting.s. corpus"):
+    with pytest.raises(ConfigError, match=r"missing required setting.s. corpus"):
         IGPOConfig.from_dict({"model": "m", "questions": ["q"], "output_dir": "o"})
 
 
@@ -97,7 +97,9 @@ def test_every_config_file_the_code_and_readme_name_exists():
     """A docstring, script or README that names ``configs/<part>/<name>.yaml`` names a file that is shipped (and so
     loaded by the test above)."""
     texts = [REPO / "README.md", *sorted(REPO.glob("scripts/*.sh"))]
-    texts += [p for folder in ("venus_edge", "tools", "quantize", "train") for p in sorted((REPO / folder).rglob("*.py"))]
+    texts += [
+        p for folder in ("venus_edge", "tools", "quantize", "train") for p in sorted((REPO / folder).rglob("*.py"))
+    ]
     named = {name for text in texts for name in re.findall(r"configs/[\w.-]+/[\w.-]+\.yaml", text.read_text())}
     assert "configs/igpo/toy.yaml" in named and "configs/sft/dr-venus-4b.yaml" in named
     missing = sorted(name for name in named if not (REPO / name).is_file())

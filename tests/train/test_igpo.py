@@ -5,8 +5,9 @@ run of ``venus-edge train igpo`` that resumes to the same weights as an uninterr
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 

@@ -190,7 +190,8 @@ def test_length_grouped_batches_cover_every_sample_once_per_epoch_and_are_seeded
     batches = length_grouped_batches(lengths, 2, seed=0)
     assert sorted(i for batch in batches for i in batch) == list(range(9))
     # one mega-batch sorted by length: micro-batches are neighbours in length, padded little
-    assert sorted(sorted(lengths[i] for i in batch) for batch in batches) == [[5], [6, 7], [8, 9], [290, 300], [305, 310]]
+    grouped = sorted(sorted(lengths[i] for i in batch) for batch in batches)
+    assert grouped == [[5], [6, 7], [8, 9], [290, 300], [305, 310]]
     assert batches == length_grouped_batches(lengths, 2, seed=0)
     assert batches != length_grouped_batches(lengths, 2, seed=1)
     one_and_a_half = [i for batch in length_grouped_batches(lengths, 2, seed=0, epochs=1.5) for i in batch]
@@ -259,11 +260,12 @@ def test_the_accelerate_configs_start_on_one_cpu_process(toy, tmp_path, launch_c
     if launch_config.startswith("deepspeed"):
         pytest.importorskip("deepspeed")
     path = tmp_path / "smoke.json"
-    path.write_text(json.dumps({**config(toy, "unused").to_dict(), "output_dir": str(tmp_path / "run"), "max_steps": 1}))
+    settings = {**config(toy, "unused").to_dict(), "output_dir": str(tmp_path / "run"), "max_steps": 1}
+    path.write_text(json.dumps(settings))
     configs = Path(__file__).parents[2] / "configs" / "accelerate"
     done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                           str(configs / launch_config), "--num_processes", "1", "-m", "venus_edge.train.sft", "--quiet",
-                           str(path)], capture_output=True, text=True, timeout=600)
+                           str(configs / launch_config), "--num_processes", "1", "-m", "venus_edge.train.sft",
+                           "--quiet", str(path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1])["steps"] == 1
 

@@ -7,8 +7,15 @@ import json
 import pytest
 
 from venus_edge.engines.llama_cpp import LlamaCppEngine
-from venus_edge.protocol import GENERATION_PROMPT, IM_END, IM_START, observation, render_parts, render_system_prompt
-from venus_edge.protocol import tokenize_message
+from venus_edge.protocol import (
+    GENERATION_PROMPT,
+    IM_END,
+    IM_START,
+    observation,
+    render_parts,
+    render_system_prompt,
+    tokenize_message,
+)
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.train.data import Sample
@@ -21,8 +28,18 @@ def call(reasoning: str, name: str, arguments: dict) -> dict:
 
 
 def trajectory(page: str = "Tomllib was added in Python 3.11 — «TOML» 解析.") -> list[dict]:
-    search = [{"query": "tomllib", "web_page_info_list": [{"title": "tomllib", "url": "https://docs.python.org/3/library/tomllib.html",
-                                                          "snippet": "Date published: 2022-10-24\n\nParse TOML files."}]}]
+    search = [
+        {
+            "query": "tomllib",
+            "web_page_info_list": [
+                {
+                    "title": "tomllib",
+                    "url": "https://docs.python.org/3/library/tomllib.html",
+                    "snippet": "Date published: 2022-10-24\n\nParse TOML files.",
+                }
+            ],
+        }
+    ]
     return [
         {"role": "system", "content": render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-03-01")},
         {"role": "user", "content": "In which Python version was tomllib added?"},
@@ -62,8 +79,10 @@ def test_the_mask_token_by_token(qwen3_tokenizer):
     messages = trajectory()
     tokenized = tokenize_messages(messages, qwen3_tokenizer)
     ids, mask = tokenized.input_ids, tokenized.assistant_mask
-    special = {name: qwen3_tokenizer.convert_tokens_to_ids(name)
-               for name in ("<tool_response>", "</tool_response>", IM_START, IM_END, "<think>", "</think>", "<tool_call>")}
+    special = {
+        name: qwen3_tokenizer.convert_tokens_to_ids(name)
+        for name in ("<tool_response>", "</tool_response>", IM_START, IM_END, "<think>", "</think>", "<tool_call>")
+    }
     assert {mask[i] for i, t in enumerate(ids) if t in (special["<tool_response>"], special["</tool_response>"])} == {0}
     assert {mask[i] for i, t in enumerate(ids) if t == special[IM_START]} == {0}
     # <|im_end|> is trained where it closes an assistant turn, and only there
@@ -76,10 +95,12 @@ def test_the_mask_token_by_token(qwen3_tokenizer):
     assert len(spans) == len(assistant_parts) == 3
     for (start, end), part in zip(spans, assistant_parts):
         assert part.startswith(GENERATION_PROMPT)
-        assert qwen3_tokenizer.decode(ids[start:end]) == part[len(GENERATION_PROMPT):]
+        assert qwen3_tokenizer.decode(ids[start:end]) == part[len(GENERATION_PROMPT) :]
         assert qwen3_tokenizer.decode(ids[:start]).endswith(GENERATION_PROMPT)
     untrained = "".join(qwen3_tokenizer.decode([t]) for t, m in zip(ids, mask) if not m)
-    assert "In which Python version" in untrained and "Parse TOML files" in untrained and "The page says" not in untrained
+    assert (
+        "In which Python version" in untrained and "Parse TOML files" in untrained and "The page says" not in untrained
+    )
     assert tokenized.trained_tokens == sum(end - start for start, end in spans) > 0
 
 
@@ -89,7 +110,10 @@ def test_an_empty_reasoning_trains_everything_after_the_generation_prompt(qwen3_
     assert list(tokenized.input_ids) == chat_template_ids(qwen3_tokenizer, messages)
     [(start, end)] = runs(tokenized.assistant_mask)
     # "\n\n" is one token straddling the generation prompt's end: it is trained
-    assert qwen3_tokenizer.decode(tokenized.input_ids[start:end]) == "\n\n</think>\n\n<answer>\n3.11\n</answer><|im_end|>\n"
+    assert (
+        qwen3_tokenizer.decode(tokenized.input_ids[start:end])
+        == "\n\n</think>\n\n<answer>\n3.11\n</answer><|im_end|>\n"
+    )
     assert qwen3_tokenizer.decode(tokenized.input_ids[:start]).endswith("<|im_start|>assistant\n<think>")
 
 
@@ -119,16 +143,25 @@ def test_a_conversation_without_an_assistant_turn_has_nothing_to_train(qwen3_tok
 
 def test_samples_over_the_token_limit_are_rejected(qwen3_tokenizer):
     short = trajectory()[:2] + [trajectory()[-1]]
-    samples = [Sample(tuple(trajectory()), "q", source="long"), Sample(tuple(short), "q", source="short"),
-               Sample(tuple(trajectory()[:2]), "q", source="empty")]
+    samples = [
+        Sample(tuple(trajectory()), "q", source="long"),
+        Sample(tuple(short), "q", source="short"),
+        Sample(tuple(trajectory()[:2]), "q", source="empty"),
+    ]
     limit = len(tokenize_messages(short, qwen3_tokenizer))
     kept, rejected = tokenize_samples(samples, qwen3_tokenizer, max_tokens=limit)
     assert [k.source for k in kept] == ["short"]
-    assert [(r.source, r.reason.split(":")[0]) for r in rejected] == [("long", "too long"), ("empty", "nothing to train")]
+    assert [(r.source, r.reason.split(":")[0]) for r in rejected] == [
+        ("long", "too long"),
+        ("empty", "nothing to train"),
+    ]
 
 
 def test_text_the_tokenizer_refuses_is_rejected_with_a_reason(qwen3_tokenizer):
     """A journal read back gives half an emoji as a lone surrogate; uncleaned, it is a rejection, not a crash."""
-    messages = [*trajectory()[:2], {"role": "assistant", "content": "<think>\nhalf \ud83d\n</think>\n\n<answer>\nx\n</answer>"}]
+    messages = [
+        *trajectory()[:2],
+        {"role": "assistant", "content": "<think>\nhalf \ud83d\n</think>\n\n<answer>\nx\n</answer>"},
+    ]
     kept, rejected = tokenize_samples([Sample(tuple(messages), "q", source="s")], qwen3_tokenizer)
     assert kept == [] and "train clean" in rejected[0].reason

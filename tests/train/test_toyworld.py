@@ -10,8 +10,14 @@ import pytest
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.testing import ScriptedEngine
 from venus_edge.toolbox import default_tools
-from venus_edge.train.toyworld import (OracleGaveUp, ToyQuestion, generate_world, oracle_policy, research_errors,
-                                      run_oracle)
+from venus_edge.train.toyworld import (
+    OracleGaveUp,
+    ToyQuestion,
+    generate_world,
+    oracle_policy,
+    research_errors,
+    run_oracle,
+)
 
 
 def test_the_same_seed_writes_the_same_world(tmp_path):
@@ -19,7 +25,8 @@ def test_the_same_seed_writes_the_same_world(tmp_path):
     again = generate_world(tmp_path / "b", people=12, seed=4)
     other = generate_world(tmp_path / "c", people=12, seed=5)
     assert first.people == again.people != other.people
-    assert (tmp_path / "a" / "questions-train.jsonl").read_text() == (tmp_path / "b" / "questions-train.jsonl").read_text()
+    first_questions = (tmp_path / "a" / "questions-train.jsonl").read_text()
+    assert first_questions == (tmp_path / "b" / "questions-train.jsonl").read_text()
 
 
 def test_facts_are_past_the_snippet_and_heldout_subjects_are_new(tmp_path):
@@ -52,7 +59,8 @@ def test_the_oracle_answers_through_the_real_loop_and_tools(tmp_path):
     correct, total = run_oracle(questions, world.corpus, tmp_path / "journal.jsonl")
     assert (correct, total) == (6, 6)
     records = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
-    visits = [r["tool_call"]["arguments"]["url"] for r in records if r.get("tool_call", {}) and r["tool_call"]["name"] == "visit"]
+    visits = [r["tool_call"]["arguments"]["url"] for r in records
+              if r.get("tool_call", {}) and r["tool_call"]["name"] == "visit"]
     assert len(visits) == 3 * 2 + 3 and all(url[0].startswith("corpus://") for url in visits)
 
 
@@ -84,7 +92,8 @@ def test_the_oracle_gives_up_when_a_page_lacks_the_fact(tmp_path):
     page.write_text(page.read_text().replace(" born in ", " living near "))
     tools = default_tools([world.corpus])
     with pytest.raises(OracleGaveUp, match="no town"):
-        Agent(ScriptedEngine(turns=oracle_policy(question)), tools, config=AgentConfig(max_turns=6)).run(question.question)
+        agent = Agent(ScriptedEngine(turns=oracle_policy(question)), tools, config=AgentConfig(max_turns=6))
+        agent.run(question.question)
     assert run_oracle([question], world.corpus, tmp_path / "j.jsonl") == (0, 1)
 
 
@@ -200,5 +209,5 @@ def test_research_errors_read_what_a_killed_or_odd_evaluation_left(tmp_path):
         "sessions": 2, "wrong_page_sessions": 0, "wrong_page_share": 0.0, "accuracy_with_wrong_page": None,
         "accuracy_without": 1.0}
     (evaluation / "results.jsonl").unlink()
-    with pytest.raises(FileNotFoundError, match="results.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"results.jsonl"):
         research_errors(world.corpus.parent, evaluation)

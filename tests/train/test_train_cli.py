@@ -13,7 +13,8 @@ from venus_edge.cli import main
 from venus_edge.protocol import observation
 from venus_edge.train.data import load_samples
 
-TOOL_TURN = '<think>\nLook it up.\n</think>\n<tool_call>\n{"name": "search", "arguments": {"queries": "q"}}\n</tool_call>'
+TOOL_TURN = ('<think>\nLook it up.\n</think>\n<tool_call>\n{"name": "search", "arguments": {"queries": "q"}}\n'
+             '</tool_call>')
 ANSWER = "<think>\nFound it.\n</think>\n<answer>\n42\n</answer>"
 
 
@@ -30,7 +31,8 @@ def test_clean_writes_rows_and_a_report(tmp_path, capsys):
     rows = [row("Short?", 3), row("Long?", 60), row("Wrong?", 2, gt="41"), row("No answer?", 2, final=TOOL_TURN)]
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n{broken\n")
     out = tmp_path / "sft.jsonl"
-    code = main(["train", "clean", str(data), "--out", str(out), "--date", "2026-03-01", "--keep-correct", "--resample"])
+    code = main(["train", "clean", str(data), "--out", str(out), "--date", "2026-03-01", "--keep-correct",
+                 "--resample"])
     printed = capsys.readouterr().out
     assert code == 0
     written = load_samples([out])

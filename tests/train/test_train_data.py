@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -15,7 +16,8 @@ from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
 from venus_edge.tools.base import ToolResult
 from venus_edge.train.data import Sample, load_samples, sample_from_row
 
-TOOL_TURN = '<think>\nLook it up.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["q"]}}\n</tool_call>'
+TOOL_TURN = ('<think>\nLook it up.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["q"]}}\n'
+             '</tool_call>')
 ANSWER = "<think>\nFound it.\n</think>\n\n<answer>\n42\n</answer>"
 
 
@@ -60,9 +62,11 @@ def test_every_bad_row_is_counted_with_its_reason_and_the_good_rows_around_it_lo
         b'{"question": "caf\xe9?", "messages": []}',  # Latin-1 bytes in a UTF-8 file
         {"question": "no messages at all"},
         {"messages": "not a list"},
-        {"messages": [{"role": "user", "content": "Q?"}, {"role": "critic", "content": "hm"}, {"role": "assistant", "content": ANSWER}]},
+        {"messages": [{"role": "user", "content": "Q?"}, {"role": "critic", "content": "hm"},
+                      {"role": "assistant", "content": ANSWER}]},
         {"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": None}]},
-        {"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": TOOL_TURN}, {"role": "user", "content": observation("x")}]},
+        {"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": TOOL_TURN},
+                      {"role": "user", "content": observation("x")}]},
         {"messages": [{"role": "assistant", "content": ANSWER}]},
         {"messages": []},
         [1, 2],
@@ -88,7 +92,8 @@ def test_every_bad_row_is_counted_with_its_reason_and_the_good_rows_around_it_lo
 
 def test_samples_over_the_maximum_length_are_rejected(tmp_path):
     long_row = openai_row()
-    long_row["messages"][1:1] = [{"role": "assistant", "content": TOOL_TURN}, {"role": "user", "content": observation("x")}] * 3
+    tool_exchange = [{"role": "assistant", "content": TOOL_TURN}, {"role": "user", "content": observation("x")}]
+    long_row["messages"][1:1] = tool_exchange * 3
     loaded = load_samples([write_jsonl(tmp_path / "d.jsonl", [openai_row(), long_row])], max_turns=2)
     assert len(loaded.samples) == 1
     assert loaded.rejected[0].reason == "too long: 4 turns > 2"
@@ -114,7 +119,8 @@ def test_a_json_array_file(tmp_path):
 
 class Lookup:
     name = "search"
-    schema = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+    schema: ClassVar[dict[str, Any]] = {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {
         "query": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}}
 
     def __call__(self, arguments):
@@ -150,7 +156,8 @@ def test_a_missing_file_is_an_error(tmp_path):
     ({"messages": [{"role": ["user"], "content": "q"}, {"role": "assistant", "content": ANSWER}]}, "wrong role"),
     ({"messages": [{"role": {"r": 1}, "content": "q"}, {"role": "assistant", "content": ANSWER}]}, "wrong role"),
     ({"messages": [{"role": None, "content": "q"}, {"role": "assistant", "content": ANSWER}]}, "wrong role"),
-    ({"question": "Q?", "messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": ANSWER}]}, "no question"),
+    ({"question": "Q?", "messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": ANSWER}]},
+     "no question"),
     ({"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": ANSWER}]}, "no question"),
     ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "broken row"),
 ])
@@ -164,7 +171,8 @@ def test_openai_function_calling_rows_are_written_in_the_protocol(tmp_path):
     row = {"messages": [
         {"role": "user", "content": "What is q?"},
         {"role": "assistant", "content": None, "reasoning_content": "Look it up.",
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": ["q"]}'}}]},
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "search", "arguments": '{"query": ["q"]}'}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "q is 42"},
         {"role": "assistant", "content": "<answer>\n42\n</answer>", "reasoning_content": "Found it."},
     ]}

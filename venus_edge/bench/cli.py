@@ -55,7 +55,8 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     bench.add_argument("--repeats", type=int, default=2, metavar="N", help="runs per test, best kept (default 2)")
     replayed = bench.add_mutually_exclusive_group()
     replayed.add_argument("--session", type=Path, default=None, metavar="FILE",
-                          help="a journal (research --out) whose longest session is replayed (default: the shipped one)")
+                          help="a journal (research --out) whose longest session is replayed "
+                               "(default: the shipped one)")
     replayed.add_argument("--no-session", action="store_true", help="do not replay a session")
     bench.add_argument("--reference", type=Path, default=None, metavar="GGUF",
                        help="the unquantized file quality is measured against (default: the F16/F32/BF16 file "

@@ -48,7 +48,9 @@ __all__ = ["BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token", "ll
 
 GREEDY_DECODE = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
 #: A text small models continue for a long time: decode figures need the model not to stop early.
-COUNTING_PROMPT = "<|im_start|>user\nCount from 1 to 1000, separated by commas.<|im_end|>\n<|im_start|>assistant\n1, 2, 3,"
+COUNTING_PROMPT = (
+    "<|im_start|>user\nCount from 1 to 1000, separated by commas.<|im_end|>\n<|im_start|>assistant\n1, 2, 3,"
+)
 FILLER = ("The lighthouse keeper wrote the weather into the log every hour: wind, sea state, visibility and the "
           "ships that passed the point. ")
 FIRST_TURN_QUESTION = "Which pickle protocol does Python 3.11 use by default, and since which version?"

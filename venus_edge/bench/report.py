@@ -63,7 +63,8 @@ class BenchReport:
             rows.append([r.model["name"], r.model.get("file_type") or "?", c["kv_type"], str(c["threads"]),
                          f"{r.load_s:.2f}", format_bytes(m["weights"]), format_bytes(m["kv"]),
                          format_bytes(m["compute"]), format_bytes(m.get("rss_used", 0)), f"{r.ttft_s:.2f}"]
-                        + [f"{r.prefill.get(n, 0):.1f}" for n in lengths] + [f"{r.decode.get(d, 0):.1f}" for d in depths])
+                        + [f"{r.prefill.get(n, 0):.1f}" for n in lengths]
+                        + [f"{r.decode.get(d, 0):.1f}" for d in depths])
         return ["Speed (tokens/s) and memory; TTFT: a DR-Venus first turn of "
                 f"{first.ttft_prompt_tokens} tokens, no prompt cache", ""] + _table(head, rows)
 
@@ -80,7 +81,8 @@ class BenchReport:
                 cell += f" / {bench:.1f} ({_ratio(ours, bench)})" if bench else " / -"
                 cells.append(cell)
             rows.append([r.model["name"], r.config["kv_type"], *cells])
-        return ["Decode against the anchors, same file and threads (ours / anchor in brackets)", ""] + _table(head, rows)
+        title = "Decode against the anchors, same file and threads (ours / anchor in brackets)"
+        return [title, ""] + _table(head, rows)
 
     def _limit_table(self) -> list[str]:
         depths = list(self.results[0].decode)
@@ -142,7 +144,8 @@ class BenchReport:
             axis.plot(depths, [r.decode[d] for d in depths], marker="o",
                       label=f"{r.model['name']} ({r.model.get('file_type')}, KV {r.config['kv_type']})")
             if r.raw_decode:
-                axis.plot(depths, [r.raw_decode.get(d, 0) for d in depths], linestyle=":", color=axis.lines[-1].get_color())
+                axis.plot(depths, [r.raw_decode.get(d, 0) for d in depths], linestyle=":",
+                          color=axis.lines[-1].get_color())
         axis.set_xlabel("context depth (tokens)")
         axis.set_ylabel("decode tokens/s (dotted: raw llama-cpp-python)")
         axis.set_ylim(bottom=0)
@@ -160,8 +163,13 @@ class BenchReport:
             values = [r.memory[part] / 2**20 for r in self.results]
             axis.bar(names, values, bottom=bottom, label={"kv": "KV cache"}.get(part, part))
             bottom = [b + v for b, v in zip(bottom, values)]
-        axis.scatter(names, [r.memory.get("rss_used", 0) / 2**20 for r in self.results], color="black", zorder=3,
-                     label="measured RSS growth")
+        axis.scatter(
+            names,
+            [r.memory.get("rss_used", 0) / 2**20 for r in self.results],
+            color="black",
+            zorder=3,
+            label="measured RSS growth",
+        )
         axis.set_ylabel("MiB")
         axis.tick_params(axis="x", labelsize=7)
         axis.legend(fontsize=7)

@@ -44,8 +44,9 @@ def run_bench(
     progress: Callable[[BenchConfig, str], None] = lambda config, stage: None,
 ) -> BenchReport:
     """Measure each configuration (``measure_config``), the copy bandwidth, and, with a ``reference``, each other
-    quant of the same checkpoint (same parameter count and vocabulary) for KL divergence and top-1 agreement on the session's text (agentic text: the DR-Venus
-    system prompt, tool calls and tool results) or a fixed text without a session.
+    quant of the same checkpoint (same parameter count and vocabulary) for KL divergence and top-1 agreement on the
+    session's text (agentic text: the DR-Venus system prompt, tool calls and tool results) or a fixed text without a
+    session.
 
     Raises:
         ValueError: no configuration.

@@ -79,9 +79,12 @@ def select_answer(
 ) -> int:
     """Ask ``completer`` to pick among the distinct answers; the majority vote when its reply names none."""
     ordered = sorted(groups.values(), key=lambda members: (-len(members), members[0]))
-    listing = "\n".join(f"{number}. {answers[members[0]]} ({len(members)})" for number, members in enumerate(ordered, 1))
-    reply = completer.complete([{"role": "user", "content": SELECT_PROMPT.format(question=question, candidates=listing)}],
-                               max_tokens=64)
+    listing = "\n".join(
+        f"{number}. {answers[members[0]]} ({len(members)})" for number, members in enumerate(ordered, 1)
+    )
+    reply = completer.complete(
+        [{"role": "user", "content": SELECT_PROMPT.format(question=question, candidates=listing)}], max_tokens=64
+    )
     match = re.search(r"best\s*[:=]?\s*\**\s*(\d+)", reply, re.IGNORECASE) or re.fullmatch(r"\s*(\d+)\s*\.?\s*", reply)
     if match and 1 <= int(match.group(1)) <= len(ordered):
         return ordered[int(match.group(1)) - 1][0]

@@ -18,7 +18,23 @@ from collections.abc import Iterable
 __all__ = ["exact_match", "normalize_answer", "pass_at_k", "token_f1"]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = set(string.punctuation) | {"“", "”", "‘", "’", "«", "»", "–", "—", "…", "·", "、", "。", "，", "：", "；"}
+_PUNCTUATION = set(string.punctuation) | {
+    "“",
+    "”",
+    "‘",
+    "’",
+    "«",
+    "»",
+    "–",
+    "—",
+    "…",
+    "·",
+    "、",
+    "。",
+    "，",
+    "：",
+    "；",
+}
 
 
 def normalize_answer(text: str) -> str:

@@ -57,7 +57,8 @@ def summarize(
     answered = [q for q in per_question if q["samples"]]
     data: dict[str, Any] = {
         "questions": len(examples), "k": k, "samples": len(rows),
-        **pass_at_ks(((q["samples"], q["correct"]) for q in answered), min(k, min((q["samples"] for q in answered), default=k))),
+        **pass_at_ks(((q["samples"], q["correct"]) for q in answered),
+                     min(k, min((q["samples"] for q in answered), default=k))),
         "em": _mean(r.em for r in rows), "f1": _mean(r.f1 for r in rows),
     }
     judgements = [r.judge for r in rows if r.judge is not None]

@@ -107,7 +107,8 @@ def score(example: EvalExample, index: int, result: Result, judge: LLMJudge | No
         tokens_decoded=int(totals.get("tokens_decoded", 0)), prefill_s=float(totals.get("prefill_s", 0.0)),
         decode_s=float(totals.get("decode_s", 0.0)), elapsed_s=result.elapsed_s,
         final_turn_mean_logprob=totals.get("final_turn_mean_logprob"), session_id=result.session_id,
-        generated_turns=int(totals.get("generated_turns", 0)), well_formed_turns=int(totals.get("well_formed_turns", 0)),
+        generated_turns=int(totals.get("generated_turns", 0)),
+        well_formed_turns=int(totals.get("well_formed_turns", 0)),
     )
 
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 import mmap
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from venus_edge.errors import ModelLoadError, ModelNotFoundError
 

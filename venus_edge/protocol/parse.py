@@ -221,14 +221,18 @@ def parse_turn(content: str, tool_names: Iterable[str]) -> ParsedTurn:
     calls = [block for block in blocks if block.kind == "tool_call"]
     answers = [block for block in blocks if block.kind == "answer"]
     if calls and answers:
-        errors.append(FormatError("ambiguous", "A turn must hold either one <tool_call> or one <answer>, not both.", True))
+        errors.append(
+            FormatError("ambiguous", "A turn must hold either one <tool_call> or one <answer>, not both.", True)
+        )
         return ParsedTurn(content, content, reasoning, None, None, tuple(errors))
     if answers:
         return _answer_turn(content, reasoning, history_reasoning, answers, errors)
     if calls:
         return _tool_call_turn(content, reasoning, history_reasoning, calls, set(tool_names), errors)
     errors.append(
-        FormatError("no_action", "After </think>, call a tool in <tool_call></tool_call> or answer in <answer></answer>.", True)
+        FormatError(
+            "no_action", "After </think>, call a tool in <tool_call></tool_call> or answer in <answer></answer>.", True
+        )
     )
     return ParsedTurn(content, content, reasoning, None, None, tuple(errors))
 
@@ -411,7 +415,9 @@ def _answer_turn(
     content: str, reasoning: str, history_reasoning: str, answers: list[_Block], errors: list[FormatError]
 ) -> ParsedTurn:
     if len(answers) > 1:
-        errors.append(FormatError("several_answers", "Give exactly one <answer>; only the first was used.", fatal=False))
+        errors.append(
+            FormatError("several_answers", "Give exactly one <answer>; only the first was used.", fatal=False)
+        )
     first = answers[0]
     if not first.closed:
         errors.append(FormatError("unclosed_answer", "The <answer> block is not closed with </answer>.", True))
@@ -430,7 +436,9 @@ def _tool_call_turn(
 ) -> ParsedTurn:
     """The first call that decodes to a known tool with object arguments runs; the others are recorded."""
     if len(calls) > 1:
-        errors.append(FormatError("several_calls", "Call exactly one tool per turn; only the first valid call was used.", False))
+        errors.append(
+            FormatError("several_calls", "Call exactly one tool per turn; only the first valid call was used.", False)
+        )
     attempts: list[list[FormatError]] = []
     for block in calls[:MAX_CALLS_TRIED]:
         found: list[FormatError] = []
@@ -479,16 +487,22 @@ def decode_call(raw: str, tool_names: set[str], errors: list[FormatError]) -> To
         errors.append(FormatError("invalid_json", "The tool call is not valid JSON.", fatal=True))
         return None
     if _nesting_depth(payload) > MAX_CALL_DEPTH:  # every later walk (coercion, json.dumps) would recurse that deep
-        errors.append(FormatError("invalid_json", f"The tool call nests deeper than {MAX_CALL_DEPTH} levels.", fatal=True))
+        errors.append(
+            FormatError("invalid_json", f"The tool call nests deeper than {MAX_CALL_DEPTH} levels.", fatal=True)
+        )
         return None
     payload = without_lone_surrogates(payload)
     if leniency:
         errors.append(leniency)
     payload, reshaped = _unwrap_call(payload)
     if reshaped:
-        errors.append(FormatError("call_shape", f'The tool call is not {{"name": ..., "arguments": ...}}: {reshaped}.', False))
+        errors.append(
+            FormatError("call_shape", f'The tool call is not {{"name": ..., "arguments": ...}}: {reshaped}.', False)
+        )
     if not isinstance(payload, dict) or "name" not in payload or "arguments" not in payload:
-        errors.append(FormatError("missing_fields", 'The tool call must be {"name": <tool>, "arguments": {...}}.', True))
+        errors.append(
+            FormatError("missing_fields", 'The tool call must be {"name": <tool>, "arguments": {...}}.', True)
+        )
         return None
     name, arguments = payload["name"], payload["arguments"]
     if isinstance(arguments, str):

@@ -206,7 +206,8 @@ def render_parts(messages: Sequence[Mapping[str, str]], *, add_generation_prompt
     for index, message in enumerate(messages):
         role, content = message["role"], message["content"]
         if role == "assistant":
-            parts.append(_render_assistant(content, keep_reasoning=index > last_query, is_last=index == len(messages) - 1))
+            is_last = index == len(messages) - 1
+            parts.append(_render_assistant(content, keep_reasoning=index > last_query, is_last=is_last))
         else:
             parts.append(f"{IM_START}{role}\n{content}{IM_END}\n")
     if add_generation_prompt:
