@@ -14,7 +14,7 @@ from typing import Any as _Any
 
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
 _MODULE_EXPORTS = {
-    "agent": ("Agent", "AgentConfig", "Result"),
+    "agent": ("Agent", "AgentConfig", "Result", "SessionTotals"),
     "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
     "engine": ("Completion", "Engine", "GenerationStats", "LlamaCppEngine", "SamplingParams", "StopStream",
                "stream_generation"),
@@ -35,7 +35,7 @@ _MODULE_EXPORTS = {
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 
 if _TYPE_CHECKING:
-    from venus_edge.agent import Agent, AgentConfig, Result
+    from venus_edge.agent import Agent, AgentConfig, Result, SessionTotals
     from venus_edge.batched import BatchedLlamaCppEngine, SequenceEngine
     from venus_edge.engine import (
         Completion,
