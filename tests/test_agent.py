@@ -315,3 +315,32 @@ def test_journal_turns_written_before_new_fields_read_back_with_empty_values(tmp
     assert (turn.tool_attempts, turn.dropped_arguments, turn.generated, turn.logprobs) == ((), (), None, None)
     assert trajectory.termination == "incomplete"
     assert trajectory.messages[-1] == {"role": "user", "content": "o"}
+
+
+def test_events_carry_the_records_and_keep_their_wire_shape(tools, tmp_path):
+    """``TurnCompleted`` carries the ``Turn``, ``SessionFinished`` the ``Result``; their ``to_dict()`` (the server's
+    SSE, the page, MCP progress) keeps the flat fields clients read, and the journal's totals are the record's."""
+    from venus_edge.agent import SessionTotals
+    from venus_edge.events import SessionFinished, TurnCompleted
+
+    result, events, _ = run([call("search", query=["tomllib added"]), answer("3.11")], tools, tmp_path)
+    completed = [e for e in events if isinstance(e, TurnCompleted)]
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    assert [e.record for e in completed] == list(trajectory.turns)
+    assert [e.turn for e in completed] == [0, 1]
+    assert completed[0].to_dict() == {
+        "type": "turn_completed", "turn": 0, "kind": "tool_call", "content": trajectory.turns[0].content,
+        "format_errors": [], "stats": trajectory.turns[0].stats}
+    finished = events[-1]
+    assert isinstance(finished, SessionFinished) and finished.result is result
+    assert isinstance(result.totals, SessionTotals) and result.totals.tool_calls == 1
+    assert finished.to_dict() == {
+        "type": "session_finished", "termination": "answered", "answer": "3.11", "sources": result.sources,
+        "turns": 2, "elapsed_s": result.elapsed_s, "totals": result.totals.to_dict(), "unvisited_citations": [],
+        "session_id": result.session_id}
+    assert list(result.totals.to_dict()) == [
+        "prompt_tokens_evaluated", "prompt_tokens_reused", "tokens_decoded", "prefill_s", "decode_s", "tool_s",
+        "retries", "format_errors", "tool_calls", "generated_turns", "well_formed_turns", "compactions",
+        "compaction_tokens_reevaluated"]  # the 13 keys; resumed_at_turn and final_turn_mean_logprob only when set
+    end = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()][-1]
+    assert end["record"] == "end" and end["totals"] == result.totals.to_dict()

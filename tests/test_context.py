@@ -68,7 +68,7 @@ def test_force_answer_stops_where_keep_last_k_and_summarize_go_on(tools, tmp_pat
     assert summed.termination == "answered" and summed.answer == "all of them"
     for engine in (forced_engine, kept_engine, summed_engine):  # no prompt ever overflowed n_ctx
         assert max(len(p) for p in engine.prompts) < N_CTX
-    assert kept.totals["compactions"] >= 1 and summed.totals["compactions"] >= 1
+    assert kept.totals.compactions >= 1 and summed.totals.compactions >= 1
 
 
 def test_keep_last_k_stubs_all_but_the_last_k_results_naming_each_call(tools, tmp_path):
@@ -93,7 +93,7 @@ def test_a_stubbed_call_may_be_made_again(tools, tmp_path):
     agent = Agent(engine, tools, config=AgentConfig(answer_reserve_tokens=400, context_policy="keep-last-k",
                                                     keep_last=1))
     result = agent.run(QUESTION)
-    assert result.termination == "answered" and result.totals["retries"] == 0
+    assert result.termination == "answered" and result.totals.retries == 0
     assert searches(result)[-1] == QUERIES[0] and not protocol.is_omitted_result(result.messages[-2]["content"])
 
 
@@ -140,7 +140,7 @@ def test_a_turn_that_reaches_the_budget_is_cut_there_and_the_answer_still_fits(t
     assert any(isinstance(e, LimitReached) and "before it ended" in e.detail for e in events)
     assert max(len(p) for p in engine.prompts) < 8_000
     assert engine.max_tokens[1] == 8_000 - agent.config.answer_reserve_tokens - len(engine.prompts[1])
-    assert result.totals["retries"] == 0  # a cut turn is not retried: the policy acts
+    assert result.totals.retries == 0  # a cut turn is not retried: the policy acts
 
 
 def test_the_reserve_grows_to_the_longest_turn(tools):

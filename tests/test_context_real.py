@@ -99,7 +99,7 @@ def test_force_answer_stops_at_the_budget(runs):
 def test_force_answer_stops_after_the_first_result(runs):
     """The first result passes the budget on its own: force-answer makes one tool call and answers."""
     result, _, _ = runs["force-answer"]
-    assert result.totals["tool_calls"] == 1, result.totals
+    assert result.totals.tool_calls == 1, result.totals
 
 
 @pytest.mark.parametrize("policy", ["keep-last-k", "summarize"])
@@ -108,12 +108,12 @@ def test_compacting_policies_keep_researching_where_force_answer_stops(runs, pol
     result, events, _ = runs[policy]
     compactions = [e for e in events if isinstance(e, ContextCompacted)]
     assert compactions and all(e.policy == policy and e.tokens_after < e.tokens_before for e in compactions)
-    assert result.totals["tool_calls"] > forced.totals["tool_calls"], (result.totals, forced.totals)
+    assert result.totals.tool_calls > forced.totals.tool_calls, (result.totals, forced.totals)
 
 
 def test_keep_last_k_researches_to_the_turn_limit(runs):
     """Every result is stubbed at once and four bounded turns with their stubs fit in the budget, so keep-last-k
     compacts after each of the first four calls and makes all five."""
     result, events, _ = runs["keep-last-k"]
-    assert result.totals["tool_calls"] == 5, result.totals
+    assert result.totals.tool_calls == 5, result.totals
     assert sum(isinstance(e, ContextCompacted) for e in events) >= 4

@@ -183,7 +183,7 @@ def test_stop_cancels_a_running_session_and_a_full_queue_says_busy(serve: Any, c
     sync_api.expect(other.locator("#status")).to_have_text("Cancelled")
     sync_api.expect(page.locator("#history li.session")).to_contain_text("Cancelled")
     (handle,) = service.sessions.values()
-    assert handle.result is not None and handle.result["termination"] == "cancelled"
+    assert handle.result is not None and handle.result.termination == "cancelled"
     text = page.locator("#turns .turn pre").first.text_content() or ""
     assert "never reached" not in text  # stopped mid-turn: the rest of the turn was never streamed
 

@@ -115,7 +115,7 @@ def test_a_session_killed_mid_turn_resumes_to_the_uninterrupted_trajectory(docs_
     assert [t.index for t in resumed.turns] == list(range(len(resumed.turns)))  # none lost, none repeated
     assert _comparable(resumed) == _comparable(reference)
     assert result.session_id == killed.session_id
-    assert result.answer == reference.answer and result.totals["resumed_at_turn"] == len(killed.turns)
+    assert result.answer == reference.answer and result.totals.resumed_at_turn == len(killed.turns)
 
 
 def test_resume_refuses_what_cannot_be_resumed(docs_corpus, tmp_path):

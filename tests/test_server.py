@@ -133,7 +133,7 @@ def test_a_client_that_disconnects_cancels_its_session(journal: Path) -> None:
         handle = service.get(session_id)
         assert handle is not None and handle.wait(10)
     service.close()
-    assert handle.result is not None and handle.result["termination"] == "cancelled"
+    assert handle.result is not None and handle.result.termination == "cancelled"
     assert engine.pieces_streamed < 100
 
 
@@ -154,7 +154,7 @@ def test_a_full_queue_answers_429_with_retry_after_and_a_queued_session_can_be_c
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
     assert "waiting" in refused.json()["error"]["message"]
     assert health["queue"] == {"waiting": 1, "running": 1, "max_queue": 1, "workers": 1}
-    assert service.get(queued["session_id"]).result["termination"] == "cancelled"  # type: ignore[union-attr]
+    assert service.get(queued["session_id"]).result.termination == "cancelled"  # type: ignore[union-attr]
     assert len(engine.prompts) == 1  # the queued session never reached the model
 
 
@@ -433,7 +433,7 @@ def test_a_chat_client_that_leaves_without_streaming_cancels_its_session(journal
         (handle,) = service.sessions.values()
         assert handle.wait(10)
     service.close()
-    assert handle.result is not None and handle.result["termination"] == "cancelled"
+    assert handle.result is not None and handle.result.termination == "cancelled"
     assert engine.pieces_streamed < 200
 
 
@@ -472,9 +472,9 @@ def test_a_session_that_fails_to_start_ends_and_the_worker_goes_on(journal: Path
     second = service.submit(SessionRequest("again"))
     assert second.wait(10)
     service.close()
-    assert first.result["termination"] == "error"  # type: ignore[index]
+    assert first.result.termination == "error"  # type: ignore[union-attr]
     assert [e["type"] for e in first.events] == ["error", "session_finished"]
-    assert second.result["termination"] == "answered" and service.running == 0  # type: ignore[index]
+    assert second.result.termination == "answered" and service.running == 0  # type: ignore[union-attr]
 
 
 def test_only_the_last_finished_sessions_stay_in_memory(journal: Path) -> None:

@@ -56,8 +56,8 @@ def test_cancel_stops_the_decode_within_the_turn_and_journals_the_end(tmp_path: 
         if isinstance(event, TextDelta) and len(events) > 3:
             cancel.set()
     finished = events[-1]
-    assert isinstance(finished, SessionFinished) and finished.termination == "cancelled"
-    assert finished.answer is None and finished.session_id
+    assert isinstance(finished, SessionFinished) and finished.result.termination == "cancelled"
+    assert finished.result.answer is None and finished.result.session_id
     assert engine.pieces_streamed < PIECES // 2
     (trajectory,) = read_journal(journal).trajectories
     assert trajectory.termination == "cancelled" and trajectory.turns == []

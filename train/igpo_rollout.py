@@ -262,7 +262,7 @@ def run_rollout(
         reward_options: passed to ``turn_rewards``.
     """
     from venus_edge.agent import Agent
-    from venus_edge.events import ToolCalled, TurnCompleted
+    from venus_edge.events import SessionFinished, ToolCalled, TurnCompleted
 
     if agent_config.max_retries != 1:
         raise ValueError("IGPO rollouts need max_retries=1: a retried turn would shift turns against calls, and "
@@ -272,18 +272,14 @@ def run_rollout(
     call_of: dict[int, tuple[str, Any]] = {}
     result = None
     try:
-        stream = Agent(engine, list(tools), config=agent_config).events(question)
-        while True:
-            try:
-                event = next(stream)
-            except StopIteration as stop:
-                result = stop.value
-                break
+        for event in Agent(engine, list(tools), config=agent_config).events(question):
             if isinstance(event, ToolCalled):
                 call_of[event.turn] = (event.name, event.arguments)
             elif isinstance(event, TurnCompleted):
-                rollout.turns.append({"kind": event.kind, "tool": None, "format_errors": len(event.format_errors),
-                                      "index": event.turn})
+                rollout.turns.append({"kind": event.record.kind, "tool": None,
+                                      "format_errors": len(event.record.format_errors), "index": event.turn})
+            elif isinstance(event, SessionFinished):
+                result = event.result
     except Exception as exc:  # an exception out of the loop must not stop training: the rollout scores 0
         rollout.failure = f"{type(exc).__name__}: {exc}"
     for turn in rollout.turns:

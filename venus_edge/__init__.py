@@ -28,7 +28,7 @@ from typing import Any as _Any
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
 # Keys are module paths under venus_edge; the engines' names come from their modules in venus_edge.engines.
 _MODULE_EXPORTS = {
-    "agent": ("Agent", "AgentConfig", "Result"),
+    "agent": ("Agent", "AgentConfig", "Result", "SessionTotals"),
     "engines.base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
                      "stream_generation"),
     "engines.batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
@@ -54,7 +54,7 @@ _MODULE_EXPORTS = {
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 
 if _TYPE_CHECKING:
-    from venus_edge.agent import Agent, AgentConfig, Result
+    from venus_edge.agent import Agent, AgentConfig, Result, SessionTotals
     from venus_edge.engines.base import (
         Completion,
         Engine,

@@ -77,7 +77,7 @@ from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.trajectory import Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
-__all__ = ["Agent", "AgentConfig", "Result"]
+__all__ = ["Agent", "AgentConfig", "Result", "SessionTotals"]
 logger = logging.getLogger(__name__)
 
 # Termination reasons, as the reference loop records them.
@@ -188,6 +188,65 @@ class AgentConfig:
 
 
 @dataclass
+class SessionTotals:
+    """The summed figures of one session: ``Result.totals``; its ``to_dict()`` is the ``totals`` of the journal's end
+    record and of the ``session_finished`` event.
+
+    Attributes:
+        prompt_tokens_evaluated: prompt tokens the engine ran through the model (prefill), over all samples.
+        prompt_tokens_reused: prompt tokens whose KV entries the engine kept from its previous call.
+        tokens_decoded: tokens sampled (each sample's end-of-generation token included).
+        prefill_s: seconds of prompt evaluation.
+        decode_s: seconds of decoding.
+        tool_s: seconds in tool calls.
+        retries: samples thrown away (empty, repetitive, malformed or a duplicate call).
+        format_errors: samples that did not parse.
+        tool_calls: tool calls made.
+        generated_turns: samples drawn (kept and thrown away).
+        well_formed_turns: samples that passed the strict format check.
+        compactions: edits a context policy made.
+        compaction_tokens_reevaluated: prompt tokens those edits made the next prefills evaluate again.
+        resumed_at_turn: the turn a resumed session went on from (``Agent.resume``), else None.
+        final_turn_mean_logprob: the mean log-probability of the answer turn's tokens, when the engine returned
+            log-probabilities (``SamplingParams.logprobs``), else None.
+    """
+
+    prompt_tokens_evaluated: int = 0
+    prompt_tokens_reused: int = 0
+    tokens_decoded: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    tool_s: float = 0.0
+    retries: int = 0
+    format_errors: int = 0
+    tool_calls: int = 0
+    generated_turns: int = 0
+    well_formed_turns: int = 0
+    compactions: int = 0
+    compaction_tokens_reevaluated: int = 0
+    resumed_at_turn: int | None = None
+    final_turn_mean_logprob: float | None = None
+
+    def add(self, stats: Mapping[str, Any]) -> None:
+        """Count one sample's ``GenerationStats.to_dict()`` (a journal turn record's ``stats``)."""
+        self.prompt_tokens_evaluated += stats.get("prompt_tokens_evaluated", 0)
+        self.prompt_tokens_reused += stats.get("prompt_tokens_reused", 0)
+        self.tokens_decoded += stats.get("tokens_decoded", 0)
+        self.prefill_s += stats.get("prefill_s", 0)
+        self.decode_s += stats.get("decode_s", 0)
+
+    def rounded(self) -> SessionTotals:
+        """A copy with every float rounded to 3 decimals (milliseconds), as results and the journal keep them."""
+        return replace(self, **{name: round(value, 3) for name, value in vars(self).items()
+                                if isinstance(value, float)})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every figure; ``resumed_at_turn`` and ``final_turn_mean_logprob`` only when they are set."""
+        return {name: value for name, value in asdict(self).items()
+                if value is not None or name not in ("resumed_at_turn", "final_turn_mean_logprob")}
+
+
+@dataclass
 class Result:
     """The outcome of ``Agent.run``.
 
@@ -201,7 +260,7 @@ class Result:
         elapsed_s: wall-clock seconds.
         totals: summed token and time figures (prompt tokens evaluated / reused, tokens decoded, seconds), tool
             calls made, and ``final_turn_mean_logprob`` when the engine returned log-probabilities
-            (``SamplingParams.logprobs``).
+            (``SamplingParams.logprobs``): ``SessionTotals``.
         trajectory_path: the JSONL journal, when one was written.
         session_id: the journal's session id.
     """
@@ -213,9 +272,15 @@ class Result:
     turns: int
     messages: list[dict[str, str]]
     elapsed_s: float
-    totals: dict[str, Any]
+    totals: SessionTotals
     trajectory_path: Path | None
     session_id: str
+
+    @classmethod
+    def unrun(cls, termination: str, *, session_id: str, elapsed_s: float = 0.0) -> Result:
+        """The result of a session that ended before its loop recorded anything (cancelled while it waited, or it
+        failed to start): no answer, no turns, zero totals."""
+        return cls(None, termination, [], [], 0, [], elapsed_s, SessionTotals(), None, session_id)
 
 
 @dataclass
@@ -299,17 +364,18 @@ class Agent:
         return turn_grammar(self.registry.schemas, config.grammar_limits, actions=actions)
 
     def run(self, question: str, *, cancel: threading.Event | None = None) -> Result:
-        """Research ``question`` to a termination and return the result (events are consumed silently).
+        """Research ``question`` to a termination and return the result: the last event's (events are consumed
+        silently).
 
         Raises:
             ContextOverflowError: the question alone does not fit in the prompt budget.
         """
-        return _drain(self.events(question, cancel=cancel))
+        return _last_result(self.events(question, cancel=cancel))
 
     def events(self, question: str, *, cancel: threading.Event | None = None,
                session_id: str | None = None) -> Generator[Event, None, Result]:
-        """Run the session as a generator of typed events; its return value (``StopIteration.value``) is the
-        ``Result``. The trajectory journal is written as the events happen.
+        """Run the session as a generator of typed events; the last, ``SessionFinished``, carries the ``Result``
+        (the generator returns it too, for ``yield from``). The trajectory journal is written as the events happen.
 
         Text streams live: each ``TextDelta`` is yielded as the engine decodes it (``engine.stream_generation``).
         Setting ``cancel`` (from any thread) ends the session with termination ``cancelled``: a turn being
@@ -322,7 +388,7 @@ class Agent:
 
     def resume(self, journal_path: str | Path, session_id: str | None = None) -> Result:
         """Continue a killed session from its last complete turn (see ``resume_events``)."""
-        return _drain(self.resume_events(journal_path, session_id))
+        return _last_result(self.resume_events(journal_path, session_id))
 
     def resume_events(self, journal_path: str | Path, session_id: str | None = None, *,
                       cancel: threading.Event | None = None) -> Generator[Event, None, Result]:
@@ -383,13 +449,13 @@ def _text_deltas(step: int, pieces: Generator[str, None, Completion]) -> Generat
             yield TextDelta(step, text)
 
 
-def _drain(stream: Generator[Event, None, Any]) -> Any:
-    """Run an event generator to its end and return its value."""
-    while True:
-        try:
-            next(stream)
-        except StopIteration as stop:
-            return stop.value
+def _last_result(stream: Iterable[Event]) -> Result:
+    """Run an event stream to its end: its last event, ``SessionFinished``, carries the result."""
+    last: Event | None = None
+    for last in stream:
+        pass
+    assert isinstance(last, SessionFinished), f"a session's last event is SessionFinished, not {last!r}"
+    return last.result
 
 
 def _resumable(path: Path, session_id: str | None) -> Trajectory:
@@ -441,10 +507,7 @@ class _Session:
         self.samples = 0
         self.longest_turn = 0
         self.start = time.monotonic()
-        self.totals: dict[str, Any] = {
-            "prompt_tokens_evaluated": 0, "prompt_tokens_reused": 0, "tokens_decoded": 0, "prefill_s": 0.0,
-            "decode_s": 0.0, "tool_s": 0.0, "retries": 0, "format_errors": 0, "tool_calls": 0, "generated_turns": 0,
-            "well_formed_turns": 0, "compactions": 0, "compaction_tokens_reevaluated": 0}
+        self.totals = SessionTotals()
         self.journal_path = journal_path or agent.trajectory_path
         self.journal = TrajectoryWriter(self.journal_path, self.session_id) if self.journal_path else None
         self.pending_notice: str | None = None
@@ -500,18 +563,16 @@ class _Session:
             ids = sampled.get(message["content"])
             if ids:
                 self._sampled[index] = _Sampled(self.engine.detokenize(ids), list(ids))
+        totals = self.totals
         for turn in turns:
-            for name, key in (("prompt_tokens_evaluated", "prompt_tokens_evaluated"),
-                              ("prompt_tokens_reused", "prompt_tokens_reused"), ("tokens_decoded", "tokens_decoded"),
-                              ("prefill_s", "prefill_s"), ("decode_s", "decode_s")):
-                self.totals[name] += turn.stats.get(key, 0)
-            self.totals["tool_calls"] += turn.tool_call is not None
-            self.totals["retries"] += turn.attempts - 1
-            self.totals["well_formed_turns"] += turn.well_formed
-        self.totals["generated_turns"] = self.samples
-        self.totals["compactions"] = len(compactions)
-        self.totals["compaction_tokens_reevaluated"] = sum(int(c.get("tokens_reevaluated", 0)) for c in compactions)
-        self.totals["resumed_at_turn"] = self.turns
+            totals.add(turn.stats)
+            totals.tool_calls += turn.tool_call is not None
+            totals.retries += turn.attempts - 1
+            totals.well_formed_turns += turn.well_formed
+        totals.generated_turns = self.samples
+        totals.compactions = len(compactions)
+        totals.compaction_tokens_reevaluated = sum(int(c.get("tokens_reevaluated", 0)) for c in compactions)
+        totals.resumed_at_turn = self.turns
         self.policy.resume(compactions)
 
     def _call_key(self, call: Mapping[str, Any]) -> str:
@@ -643,8 +704,8 @@ class _Session:
         shared = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
         event = ContextCompacted(step, self.policy.name, len(before), len(after), len(after) - shared,
                                  compaction.detail)
-        self.totals["compactions"] += 1
-        self.totals["compaction_tokens_reevaluated"] += event.tokens_reevaluated
+        self.totals.compactions += 1
+        self.totals.compaction_tokens_reevaluated += event.tokens_reevaluated
         if self.journal:
             self.journal.compaction(
                 turn=step, policy=self.policy.name, tokens_before=event.tokens_before, tokens_after=event.tokens_after,
@@ -750,12 +811,12 @@ class _Session:
             completion = yield from _text_deltas(step, stream_generation(
                 self.engine, prompt_ids, cancel=self.cancel, sampling=sampling, stop=protocol.STOP_STRINGS,
                 stop_text_if=protocol.action_complete,
-                grammar=self.agent.grammar(self.totals["tool_calls"], forcing=forcing, config=self.config),
+                grammar=self.agent.grammar(self.totals.tool_calls, forcing=forcing, config=self.config),
                 seed=self.config.seed + self.samples,
             ))
             self.samples += 1
-            self.totals["generated_turns"] += 1
-            self._count(completion)
+            self.totals.generated_turns += 1
+            self.totals.add(completion.stats.to_dict())
             if completion.finish_reason == "cancelled":
                 raise _Cancelled
             if (sampling is not self.config.sampling and completion.finish_reason == "length"
@@ -766,7 +827,7 @@ class _Session:
                 continue
             content = protocol.assistant_content(completion.text)
             parsed = protocol.parse_turn(content, self.agent.registry.names)
-            self.totals["well_formed_turns"] += parsed.well_formed
+            self.totals.well_formed_turns += parsed.well_formed
             call = None
             if parsed.tool_call is not None:
                 call = self.agent.registry.prepare(parsed.tool_call.name, parsed.tool_call.arguments)
@@ -775,7 +836,7 @@ class _Session:
                 yield from self._retry(step, attempt, "repetition", "the output repeats its last characters")
                 continue
             if not parsed.usable:
-                self.totals["format_errors"] += 1
+                self.totals.format_errors += 1
                 if not final_try:
                     detail = "; ".join(e.message for e in parsed.errors if e.fatal)
                     yield from self._retry(step, attempt, "format", detail)
@@ -791,7 +852,7 @@ class _Session:
             raise _Cancelled
 
     def _retry(self, step: int, attempt: int, reason: str, detail: str) -> Iterator[Event]:
-        self.totals["retries"] += 1
+        self.totals.retries += 1
         yield TurnRetried(step, attempt, reason, detail)
 
     def _is_repetitive(self, text: str) -> bool:
@@ -801,7 +862,7 @@ class _Session:
 
     def _call_tool(self, step: int, call: PreparedCall) -> Generator[Event, None, ToolResult]:
         self.call_keys.add(call.key)
-        self.totals["tool_calls"] += 1
+        self.totals.tool_calls += 1
         yield ToolCalled(step, call.name, call.arguments, list(call.dropped), list(call.changes))
         started = time.monotonic()
         try:
@@ -812,7 +873,7 @@ class _Session:
             yield ErrorRaised(step, f"tool:{call.name}", "".join(traceback.format_exception_only(exc)).strip())
             result = ToolResult(f"Error: the {call.name} tool failed ({type(exc).__name__}). Try another call.")
         elapsed = time.monotonic() - started
-        self.totals["tool_s"] += elapsed
+        self.totals.tool_s += elapsed
         for url in result.visited_urls:
             self.visited.setdefault(url, None)
         for a in result.attempts:
@@ -825,7 +886,7 @@ class _Session:
         parsed, completion, call = attempt.parsed, attempt.completion, attempt.call
         assert parsed is not None and completion is not None
         if parsed.kind == "answer" and completion.logprobs:  # the confidence that test-time aggregation weighs
-            self.totals["final_turn_mean_logprob"] = sum(completion.logprobs) / len(completion.logprobs)
+            self.totals.final_turn_mean_logprob = sum(completion.logprobs) / len(completion.logprobs)
         turn = Turn(
             index=step, kind=parsed.kind, content=parsed.content,
             generated=parsed.generated if parsed.generated != parsed.content else None,
@@ -843,7 +904,7 @@ class _Session:
         )
         if self.journal:
             self.journal.turn(turn)
-        yield TurnCompleted.from_turn(turn)
+        yield TurnCompleted(turn)
 
     # ------------------------------------------------------------------------------------------- helpers
     def _prompt_ids(self, messages: Sequence[Mapping[str, str]] | None = None) -> list[int]:
@@ -902,28 +963,19 @@ class _Session:
                 high = middle - 1
         return low
 
-    def _count(self, completion: Completion) -> None:
-        stats = completion.stats
-        self.totals["prompt_tokens_evaluated"] += stats.prompt_tokens_evaluated
-        self.totals["prompt_tokens_reused"] += stats.prompt_tokens_reused
-        self.totals["tokens_decoded"] += stats.tokens_decoded
-        self.totals["prefill_s"] += stats.prefill_s
-        self.totals["decode_s"] += stats.decode_s
-
     def _end(self, termination: str, answer: str | None) -> Generator[Event, None, Result]:
         result = self._finish(termination, answer)
-        yield SessionFinished(termination, answer, result.sources, self.turns, result.elapsed_s, result.totals,
-                              result.unvisited_citations, self.session_id)
+        yield SessionFinished(result)
         return result
 
     def _finish(self, termination: str, answer: str | None) -> Result:
         elapsed = round(time.monotonic() - self.start, 3)
         sources = list(self.visited)
         cited = unvisited_citations(answer or "", sources)
-        totals = {k: round(v, 3) if isinstance(v, float) else v for k, v in self.totals.items()}
+        totals = self.totals.rounded()
         if self.journal:
             self.journal.end(termination=termination, answer=answer, sources=sources, unvisited_citations=cited,
-                             messages=self.messages, elapsed_s=elapsed, totals=totals, turns=self.turns)
+                             messages=self.messages, elapsed_s=elapsed, totals=totals.to_dict(), turns=self.turns)
         return Result(answer, termination, sources, cited, self.turns, list(self.messages), elapsed, totals,
                       self.journal_path, self.session_id)
 

@@ -202,12 +202,10 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             stream = agent.resume_events(args.resume, args.session)
         else:
             stream = agent.events(args.question)
-        while True:
-            try:
-                progress.show(next(stream))
-            except StopIteration as stop:
-                result = stop.value
-                break
+        for event in stream:
+            progress.show(event)
+        assert isinstance(event, SessionFinished), "a session's last event is SessionFinished"
+        result = event.result
     if args.json:
         print(json.dumps(_result_payload(result), ensure_ascii=False, indent=2))
     else:
@@ -226,7 +224,7 @@ def _research_samples(args: argparse.Namespace) -> int:
         results = [finished[i] for i in range(args.samples)]
         chosen = aggregate_answers(
             [r.answer for r in results], method=args.aggregate, question=args.question,
-            mean_logprobs=[r.totals.get("final_turn_mean_logprob") for r in results], completer=session.engine,
+            mean_logprobs=[r.totals.final_turn_mean_logprob for r in results], completer=session.engine,
         )
     if not args.quiet:
         for i, result in enumerate(results):
@@ -246,6 +244,7 @@ def _research_samples(args: argparse.Namespace) -> int:
 
 def _result_payload(result: "Result") -> dict[str, Any]:
     payload = {k: v for k, v in vars(result).items() if k != "messages"}
+    payload["totals"] = result.totals.to_dict()
     payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
     return payload
 
@@ -273,8 +272,8 @@ class _Progress:
                 return f"  notes for the context policy{again}: context {event.prompt_tokens:,}/{event.n_ctx:,} tokens"
             return f"turn {event.turn + 1}{again}: context {event.prompt_tokens:,}/{event.n_ctx:,} tokens ({fill:.0f}%)"
         if isinstance(event, TurnCompleted):
-            stats = event.stats
-            return (f"  {event.kind}: {stats['tokens_decoded']} tokens at {stats['decode_tokens_per_s']:.1f} tok/s, "
+            stats = event.record.stats
+            return (f"  {event.record.kind}: {stats['tokens_decoded']} tokens at {stats['decode_tokens_per_s']:.1f} tok/s, "
                     f"prefill {stats['prompt_tokens_evaluated']} new / {stats['prompt_tokens_reused']} reused")
         if isinstance(event, TurnRetried):
             return f"  retry ({event.reason}): {event.detail[:120]}"
@@ -300,7 +299,8 @@ class _Progress:
         if isinstance(event, ErrorRaised):
             return f"  ! error in {event.where}: {event.message}"
         if isinstance(event, SessionFinished):
-            return f"finished: {event.termination} after {event.turns} turns in {event.elapsed_s:.1f} s"
+            result = event.result
+            return f"finished: {result.termination} after {result.turns} turns in {result.elapsed_s:.1f} s"
         return None
 
 

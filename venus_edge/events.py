@@ -1,6 +1,9 @@
 """Typed events that the agent loop yields: the CLI, the server, apps and the journal all read these.
 
-Every event is a frozen dataclass with a ``type`` tag and ``to_dict()`` (JSON-ready).
+Every event is a frozen dataclass with a ``type`` tag and ``to_dict()`` (JSON-ready). Events carry the records
+they report, not copies of their fields: ``TurnCompleted`` the ``Turn``, ``SessionFinished`` the ``Result``
+(a session's last event; ``Agent.run`` returns its result). Their ``to_dict()`` flattens the record into the
+fields clients of the server's SSE, the MCP server and the page read.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from venus_edge.agent import Result
     from venus_edge.turn import Turn
 
 __all__ = [
@@ -82,19 +86,24 @@ class TurnRetried(Event):
 
 @dataclass(frozen=True)
 class TurnCompleted(Event):
-    """A turn went into the history. ``kind`` is ``tool_call``, ``answer`` or ``malformed``."""
+    """A turn went into the history: ``record`` is the ``Turn`` (the journal's record of the same turn).
+
+    ``to_dict()`` gives ``turn`` (its index), ``kind`` (``tool_call``, ``answer`` or ``malformed``), ``content``,
+    ``format_errors`` and ``stats`` (``GenerationStats.to_dict()``).
+    """
 
     type: ClassVar[str] = "turn_completed"
-    turn: int
-    kind: str
-    content: str
-    format_errors: list[dict[str, Any]]
-    stats: dict[str, Any]
+    record: Turn
 
-    @classmethod
-    def from_turn(cls, turn: Turn) -> TurnCompleted:
-        """The event of a recorded ``Turn`` (the journal's record of the same turn)."""
-        return cls(turn.index, turn.kind, turn.content, list(turn.format_errors), dict(turn.stats))
+    @property
+    def turn(self) -> int:
+        """The turn's index, 0-based, as every event names its turn."""
+        return self.record.index
+
+    def to_dict(self) -> dict[str, Any]:
+        record = self.record
+        return {"type": self.type, "turn": record.index, "kind": record.kind, "content": record.content,
+                "format_errors": list(record.format_errors), "stats": dict(record.stats)}
 
 
 @dataclass(frozen=True)
@@ -183,16 +192,19 @@ class ErrorRaised(Event):
 
 @dataclass(frozen=True)
 class SessionFinished(Event):
-    """The session ended: the last event. ``sources`` are the URLs its tools read; ``unvisited_citations`` the
-    URLs the answer cites that no tool read (``Result.unvisited_citations``); ``session_id`` names its journal
-    records."""
+    """The session ended: the last event; ``result`` is the session's ``Result``.
+
+    ``to_dict()`` gives ``termination``, ``answer``, ``sources`` (the URLs its tools read), ``turns``, ``elapsed_s``,
+    ``totals`` (``SessionTotals.to_dict()``), ``unvisited_citations`` (URLs the answer cites that no tool read) and
+    ``session_id`` (naming its journal records); not the conversation.
+    """
 
     type: ClassVar[str] = "session_finished"
-    termination: str
-    answer: str | None
-    sources: list[str]
-    turns: int
-    elapsed_s: float
-    totals: dict[str, Any] = field(default_factory=dict)
-    unvisited_citations: list[str] = field(default_factory=list)
-    session_id: str = ""
+    result: Result
+
+    def to_dict(self) -> dict[str, Any]:
+        result = self.result
+        return {"type": self.type, "termination": result.termination, "answer": result.answer,
+                "sources": list(result.sources), "turns": result.turns, "elapsed_s": result.elapsed_s,
+                "totals": result.totals.to_dict(), "unvisited_citations": list(result.unvisited_citations),
+                "session_id": result.session_id}

@@ -167,13 +167,10 @@ def read_sse(response: Any) -> Any:
 
 
 def collect_events(stream: Any) -> tuple[Any, list[Any]]:
-    """Run an ``Agent.events`` (or ``resume_events``) generator to its end: ``(Result, [Event, ...])``."""
-    events = []
-    while True:
-        try:
-            events.append(next(stream))
-        except StopIteration as stop:
-            return stop.value, events
+    """Run an ``Agent.events`` (or ``resume_events``) generator to its end: ``(Result, [Event, ...])``, the result
+    that the last event (``SessionFinished``) carries."""
+    events = list(stream)
+    return events[-1].result, events
 
 
 def tool_call_turn(name: str, **arguments: Any) -> str:

@@ -346,7 +346,7 @@ def test_the_agent_loop_goes_on_past_every_failure(server_url: str) -> None:
     returned = [e for e in events if isinstance(e, ToolReturned)]
     assert [[f["kind"] for f in e.failures] for e in returned] == [[kind] for kind in cases.values()]
     assert all(e.visited_urls == [] for e in returned)
-    assert events[-1].termination == "answered" and events[-1].answer == "done"
+    assert events[-1].result.termination == "answered" and events[-1].result.answer == "done"
 
 
 def _drain(stream: Any) -> Any:

@@ -101,14 +101,11 @@ def score(example: EvalExample, index: int, result: Result, judge: LLMJudge | No
         id=example.id, sample=index, question=example.question, answers=answers, prediction=result.answer,
         em=em, f1=round(token_f1(result.answer, answers), 4), judge=verdict.to_dict() if verdict else None,
         correct=bool(verdict.correct) if verdict is not None else em == 1.0, termination=result.termination,
-        turns=result.turns, tool_calls=int(totals.get("tool_calls", 0)),
-        prompt_tokens_evaluated=int(totals.get("prompt_tokens_evaluated", 0)),
-        prompt_tokens_reused=int(totals.get("prompt_tokens_reused", 0)),
-        tokens_decoded=int(totals.get("tokens_decoded", 0)), prefill_s=float(totals.get("prefill_s", 0.0)),
-        decode_s=float(totals.get("decode_s", 0.0)), elapsed_s=result.elapsed_s,
-        final_turn_mean_logprob=totals.get("final_turn_mean_logprob"), session_id=result.session_id,
-        generated_turns=int(totals.get("generated_turns", 0)),
-        well_formed_turns=int(totals.get("well_formed_turns", 0)),
+        turns=result.turns, tool_calls=totals.tool_calls, prompt_tokens_evaluated=totals.prompt_tokens_evaluated,
+        prompt_tokens_reused=totals.prompt_tokens_reused, tokens_decoded=totals.tokens_decoded,
+        prefill_s=totals.prefill_s, decode_s=totals.decode_s, elapsed_s=result.elapsed_s,
+        final_turn_mean_logprob=totals.final_turn_mean_logprob, session_id=result.session_id,
+        generated_turns=totals.generated_turns, well_formed_turns=totals.well_formed_turns,
     )
 
 

@@ -47,7 +47,7 @@ from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from venus_edge.agent import unvisited_citations
+from venus_edge.agent import Result, unvisited_citations
 from venus_edge.server.service import (
     QueueFullError,
     QuestionTooLongError,
@@ -171,11 +171,11 @@ def create_app(
             listed[trajectory.session_id] = _summary(trajectory, service.get(trajectory.session_id))
         for handle in list(service.sessions.values()):
             if handle.session_id not in listed:  # queued, or cancelled before it ran: nothing journaled
-                result = handle.result or {}
+                result = handle.result
                 listed[handle.session_id] = {"session_id": handle.session_id, "question": handle.question,
-                                             "state": handle.state, "termination": result.get("termination"),
-                                             "answer": result.get("answer"), "started_at": _iso(handle.submitted_at),
-                                             "turns": 0}
+                                             "state": handle.state, "termination": result and result.termination,
+                                             "answer": result and result.answer,
+                                             "started_at": _iso(handle.submitted_at), "turns": 0}
         return {"sessions": sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True)}
 
     @app.get("/v1/sessions/{session_id}")
@@ -190,9 +190,9 @@ def create_app(
         if handle is not None:
             view["state"] = handle.state
             if handle.result is not None:
-                view.update(termination=handle.result["termination"], answer=handle.result["answer"],
-                            sources=handle.result["sources"],
-                            unvisited_citations=handle.result.get("unvisited_citations", []))
+                result = handle.result
+                view.update(termination=result.termination, answer=result.answer, sources=result.sources,
+                            unvisited_citations=result.unvisited_citations)
         return view
 
     @app.get("/v1/sessions/{session_id}/events", response_model=None)
@@ -338,10 +338,14 @@ def _last_user_text(messages: Sequence[_ChatMessage]) -> str:
                    "invalid_request_error")
 
 
-def _answer_text(result: dict[str, Any]) -> str:
-    """The chat reply of a finished session (its ``session_finished`` event)."""
-    return answer_with_sources(result.get("answer"), result.get("termination", "error"), result.get("sources") or [],
-                               result.get("unvisited_citations") or [])
+def _finished(handle: SessionHandle) -> Result:
+    """The result of a session the caller waited for (one that ended without its own: a server error)."""
+    return handle.result or Result.unrun("error", session_id=handle.session_id)
+
+
+def _answer_text(result: Result) -> str:
+    """The chat reply of a finished session."""
+    return answer_with_sources(result.answer, result.termination, result.sources, result.unvisited_citations)
 
 
 def _progress_text(event: dict[str, Any]) -> str:
@@ -361,15 +365,15 @@ def _progress_text(event: dict[str, Any]) -> str:
     return ""
 
 
-def _usage(result: dict[str, Any]) -> dict[str, int]:
-    totals = result.get("totals") or {}
-    prompt = int(totals.get("prompt_tokens_evaluated", 0)) + int(totals.get("prompt_tokens_reused", 0))
-    completion = int(totals.get("tokens_decoded", 0))
+def _usage(result: Result) -> dict[str, int]:
+    totals = result.totals
+    prompt = totals.prompt_tokens_evaluated + totals.prompt_tokens_reused
+    completion = totals.tokens_decoded
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _chat_completion(handle: SessionHandle, model: str) -> dict[str, Any]:
-    result = handle.result or {}
+    result = _finished(handle)
     reasoning = "".join(_progress_text(event) for event in handle.events)
     return {
         "id": f"chatcmpl-{handle.session_id}", "object": "chat.completion", "created": int(handle.submitted_at),
@@ -377,9 +381,8 @@ def _chat_completion(handle: SessionHandle, model: str) -> dict[str, Any]:
         "choices": [{"index": 0, "finish_reason": "stop", "message": {
             "role": "assistant", "content": _answer_text(result), "reasoning_content": reasoning}}],
         "usage": _usage(result),
-        "venus_edge": {"session_id": handle.session_id, "termination": result.get("termination"),
-                       "sources": result.get("sources", []),
-                       "unvisited_citations": result.get("unvisited_citations", [])},
+        "venus_edge": {"session_id": handle.session_id, "termination": result.termination,
+                       "sources": result.sources, "unvisited_citations": result.unvisited_citations},
     }
 
 
@@ -397,12 +400,11 @@ async def _chat_chunks(handle: SessionHandle, model: str, cancel: Callable[[str]
             text = _progress_text(event)
             if text:
                 yield chunk({"reasoning_content": text})
-        result = handle.result or {}
+        result = _finished(handle)
         yield chunk({"content": _answer_text(result)})
         yield chunk({}, "stop", usage=_usage(result),
-                    venus_edge={"session_id": handle.session_id, "termination": result.get("termination"),
-                                "sources": result.get("sources", []),
-                                "unvisited_citations": result.get("unvisited_citations", [])})
+                    venus_edge={"session_id": handle.session_id, "termination": result.termination,
+                                "sources": result.sources, "unvisited_citations": result.unvisited_citations})
         yield "[DONE]"
     finally:
         if not handle.finished:

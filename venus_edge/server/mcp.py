@@ -33,6 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
+from venus_edge.agent import Result
 from venus_edge.server.defaults import default_journal_path, is_loopback
 from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest, answer_with_sources
 from venus_edge.session import check_session_arguments, open_session
@@ -118,12 +119,10 @@ def create_mcp_server(service: ResearchService, tools: Sequence[Tool] | None = N
         finally:
             if not handle.finished:  # the request was cancelled, or the client went away
                 service.cancel(handle.session_id)
-        result = handle.result or {}
+        result = handle.result or Result.unrun("error", session_id=handle.session_id)
         output = ResearchOutput(
-            answer=result.get("answer"), sources=list(result.get("sources") or []),
-            unvisited_citations=list(result.get("unvisited_citations") or []),
-            termination=str(result.get("termination", "error")), turns=int(result.get("turns", 0)),
-            session_id=handle.session_id,
+            answer=result.answer, sources=list(result.sources), unvisited_citations=list(result.unvisited_citations),
+            termination=result.termination, turns=result.turns, session_id=handle.session_id,
         )
         text = answer_with_sources(output.answer, output.termination, output.sources, output.unvisited_citations)
         return CallToolResult(content=[TextContent(type="text", text=text)],

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from venus_edge.agent import CANCELLED, Agent, AgentConfig
+from venus_edge.agent import CANCELLED, Agent, AgentConfig, Result
 from venus_edge.engines.base import Engine
 from venus_edge.errors import ContextOverflowError, VenusEdgeError
 from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
@@ -97,6 +97,7 @@ class SessionHandle:
         config: the agent config it runs with (the server's, with the request's limits).
         state: ``queued``, ``running`` or ``finished``.
         events: each event as ``Event.to_dict()``, in order; the last is ``session_finished``.
+        result: the ``Result`` its ``SessionFinished`` event carried, once the session ended; else None.
         cancel: set to stop the session (``ResearchService.cancel``).
         submitted_at: ``time.time()`` of the request.
     """
@@ -111,15 +112,16 @@ class SessionHandle:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _listeners: list[Callable[[dict[str, Any] | None], None]] = field(default_factory=list, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _result: Result | None = field(default=None, repr=False)
 
     @property
     def finished(self) -> bool:
         return self._done.is_set()
 
     @property
-    def result(self) -> dict[str, Any] | None:
-        """The ``session_finished`` event once the session ended, else None."""
-        return self.events[-1] if self.finished and self.events else None
+    def result(self) -> Result | None:
+        """The session's ``Result`` (from its ``SessionFinished`` event) once the session ended, else None."""
+        return self._result if self.finished else None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the session ends (or ``timeout`` seconds pass); True when it ended."""
@@ -157,18 +159,23 @@ class SessionHandle:
         finally:
             stop()
 
-    def _publish(self, event: dict[str, Any] | None) -> None:
+    def _publish(self, event: Event | None) -> None:
+        """Keep ``event`` as its ``to_dict()`` (its result too, when it ends the session) and pass that to the
+        listeners; None ends the session."""
+        data = None if event is None else event.to_dict()
         with self._lock:
-            if event is not None:
-                self.events.append(event)
+            if isinstance(event, SessionFinished):
+                self._result = event.result
+            if data is not None:
+                self.events.append(data)
             else:
                 self._done.set()
             listeners = list(self._listeners)
-            if event is None:
+            if data is None:
                 self._listeners.clear()
         for listener in listeners:
             try:
-                listener(event)
+                listener(data)
             except Exception:  # a listener whose loop closed: the session goes on
                 logger.debug("a listener of session %s failed", self.session_id, exc_info=True)
 
@@ -395,16 +402,16 @@ class ResearchService:
             for event in stream:
                 self._observe(event)
                 if isinstance(event, SessionFinished):
-                    termination = event.termination
-                handle._publish(event.to_dict())
+                    termination = event.result.termination
+                handle._publish(event)
         except Exception as exc:  # the session fails, the server goes on: the client gets the reason
             termination = "token_limit_no_answer" if isinstance(exc, ContextOverflowError) else "error"
             if not isinstance(exc, VenusEdgeError):
                 logger.exception("research session %s failed", handle.session_id)
             if not isinstance(exc, ContextOverflowError):  # the agent reported that one already
-                handle._publish(ErrorRaised(0, "server", f"{type(exc).__name__}: {exc}").to_dict())
-            handle._publish(SessionFinished(termination, None, [], 0, round(time.monotonic() - started, 3),
-                                            session_id=handle.session_id).to_dict())
+                handle._publish(ErrorRaised(0, "server", f"{type(exc).__name__}: {exc}"))
+            handle._publish(SessionFinished(Result.unrun(termination, session_id=handle.session_id,
+                                                         elapsed_s=round(time.monotonic() - started, 3))))
         finally:
             handle.state = "finished"
             with self._lock:
@@ -418,7 +425,7 @@ class ResearchService:
         with self._lock:
             self.counters[f"finished:{CANCELLED}"] += 1
             self._forget_old(handle)
-        handle._publish(SessionFinished(CANCELLED, None, [], 0, 0.0, session_id=handle.session_id).to_dict())
+        handle._publish(SessionFinished(Result.unrun(CANCELLED, session_id=handle.session_id)))
         handle._publish(None)
 
     def _forget_old(self, handle: SessionHandle) -> None:
@@ -431,7 +438,7 @@ class ResearchService:
     def _observe(self, event: Event) -> None:
         """Keep the server's running figures (``/metrics``)."""
         if isinstance(event, TurnCompleted):
-            stats = event.stats
+            stats = event.record.stats
             with self._lock:
                 for name in ("prompt_tokens_evaluated", "prompt_tokens_reused", "tokens_decoded", "prefill_s",
                              "decode_s"):
