@@ -14,11 +14,11 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import _Progress
 from venus_edge.errors import ContextOverflowError
 from venus_edge.events import ErrorRaised, LimitReached, ToolAttempted, ToolCalled, ToolReturned, TurnRetried
+from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.toolbox import default_tools
 from venus_edge.tools.base import ToolResult
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import SearchTool
-from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.tools.web_search import SearchAttempt
 from venus_edge.trajectory import read_trajectories
 
@@ -320,8 +320,8 @@ def test_journal_turns_written_before_new_fields_read_back_with_empty_values(tmp
 def test_events_carry_the_records_and_keep_their_wire_shape(tools, tmp_path):
     """``TurnCompleted`` carries the ``Turn``, ``SessionFinished`` the ``Result``; their ``to_dict()`` (the server's
     SSE, the page, MCP progress) keeps the flat fields clients read, and the journal's totals are the record's."""
-    from venus_edge.agent import SessionTotals
     from venus_edge.events import SessionFinished, TurnCompleted
+    from venus_edge.result import SessionTotals
 
     result, events, _ = run([call("search", query=["tomllib added"]), answer("3.11")], tools, tmp_path)
     completed = [e for e in events if isinstance(e, TurnCompleted)]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pytest
 

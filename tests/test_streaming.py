@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from venus_edge.agent import Agent, AgentConfig
+from venus_edge.agent import Agent
 from venus_edge.engines.base import GREEDY, SamplingParams, StopStream, stream_generation
 from venus_edge.engines.batched import BatchedLlamaCppEngine
 from venus_edge.engines.llama_cpp import LlamaCppEngine

@@ -11,8 +11,9 @@ The runtime never imports this module (it needs torch); it lives in ``train/``.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from venus_edge.engines.base import (
     Completion,

@@ -21,8 +21,9 @@ scoring (an over-long context, a broken engine) ends the rollout with outcome 0 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from venus_edge.eval.metrics import exact_match, token_f1
 from venus_edge.train.hf_engine import GenerationCall

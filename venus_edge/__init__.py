@@ -28,7 +28,8 @@ from typing import Any as _Any
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
 # Keys are module paths under venus_edge; the engines' names come from their modules in venus_edge.engines.
 _MODULE_EXPORTS = {
-    "agent": ("Agent", "AgentConfig", "Result", "SessionTotals"),
+    "agent": ("Agent", "AgentConfig"),
+    "result": ("Result", "SessionTotals"),
     "engines.base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
                      "stream_generation"),
     "engines.batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
@@ -54,7 +55,7 @@ _MODULE_EXPORTS = {
 _EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
 
 if _TYPE_CHECKING:
-    from venus_edge.agent import Agent, AgentConfig, Result, SessionTotals
+    from venus_edge.agent import Agent, AgentConfig
     from venus_edge.engines.base import (
         Completion,
         Engine,
@@ -113,6 +114,7 @@ if _TYPE_CHECKING:
         Summarize,
         make_policy,
     )
+    from venus_edge.result import Result, SessionTotals
     from venus_edge.toolbox import MergedSearchBackend, close_tools, default_tools
     from venus_edge.tools import Tool, ToolError, ToolResult
     from venus_edge.trajectory import (

@@ -40,11 +40,12 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date as Date
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import venus_edge.protocol as protocol
 from venus_edge.engines.base import Completion, Engine, SamplingParams, stream_generation
@@ -72,12 +73,13 @@ from venus_edge.events import (
 )
 from venus_edge.grammar import GrammarLimits, turn_grammar
 from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
+from venus_edge.result import Result, SessionTotals
 from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.trajectory import Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
-__all__ = ["Agent", "AgentConfig", "Result", "SessionTotals"]
+__all__ = ["Agent", "AgentConfig"]
 logger = logging.getLogger(__name__)
 
 # Termination reasons, as the reference loop records them.
@@ -185,102 +187,6 @@ class AgentConfig:
             return cls(**values)
         except TypeError as exc:
             raise ValueError(f"config {dict(data)!r}: {exc}") from exc
-
-
-@dataclass
-class SessionTotals:
-    """The summed figures of one session: ``Result.totals``; its ``to_dict()`` is the ``totals`` of the journal's end
-    record and of the ``session_finished`` event.
-
-    Attributes:
-        prompt_tokens_evaluated: prompt tokens the engine ran through the model (prefill), over all samples.
-        prompt_tokens_reused: prompt tokens whose KV entries the engine kept from its previous call.
-        tokens_decoded: tokens sampled (each sample's end-of-generation token included).
-        prefill_s: seconds of prompt evaluation.
-        decode_s: seconds of decoding.
-        tool_s: seconds in tool calls.
-        retries: samples thrown away (empty, repetitive, malformed or a duplicate call).
-        format_errors: samples that did not parse.
-        tool_calls: tool calls made.
-        generated_turns: samples drawn (kept and thrown away).
-        well_formed_turns: samples that passed the strict format check.
-        compactions: edits a context policy made.
-        compaction_tokens_reevaluated: prompt tokens those edits made the next prefills evaluate again.
-        resumed_at_turn: the turn a resumed session went on from (``Agent.resume``), else None.
-        final_turn_mean_logprob: the mean log-probability of the answer turn's tokens, when the engine returned
-            log-probabilities (``SamplingParams.logprobs``), else None.
-    """
-
-    prompt_tokens_evaluated: int = 0
-    prompt_tokens_reused: int = 0
-    tokens_decoded: int = 0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    tool_s: float = 0.0
-    retries: int = 0
-    format_errors: int = 0
-    tool_calls: int = 0
-    generated_turns: int = 0
-    well_formed_turns: int = 0
-    compactions: int = 0
-    compaction_tokens_reevaluated: int = 0
-    resumed_at_turn: int | None = None
-    final_turn_mean_logprob: float | None = None
-
-    def add(self, stats: Mapping[str, Any]) -> None:
-        """Count one sample's ``GenerationStats.to_dict()`` (a journal turn record's ``stats``)."""
-        self.prompt_tokens_evaluated += stats.get("prompt_tokens_evaluated", 0)
-        self.prompt_tokens_reused += stats.get("prompt_tokens_reused", 0)
-        self.tokens_decoded += stats.get("tokens_decoded", 0)
-        self.prefill_s += stats.get("prefill_s", 0)
-        self.decode_s += stats.get("decode_s", 0)
-
-    def rounded(self) -> SessionTotals:
-        """A copy with every float rounded to 3 decimals (milliseconds), as results and the journal keep them."""
-        return replace(self, **{name: round(value, 3) for name, value in vars(self).items()
-                                if isinstance(value, float)})
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every figure; ``resumed_at_turn`` and ``final_turn_mean_logprob`` only when they are set."""
-        return {name: value for name, value in asdict(self).items()
-                if value is not None or name not in ("resumed_at_turn", "final_turn_mean_logprob")}
-
-
-@dataclass
-class Result:
-    """The outcome of ``Agent.run``.
-
-    Attributes:
-        answer: the final answer text, or None when the session ended without one.
-        termination: one of the reference termination reasons (``answered``, ``answered_max_steps``, ...).
-        sources: URLs whose content a tool actually read, in first-visit order.
-        unvisited_citations: URLs cited in the answer that no tool read (a warning sign).
-        turns: model turns in the history.
-        messages: the conversation, exactly as the model saw it.
-        elapsed_s: wall-clock seconds.
-        totals: summed token and time figures (prompt tokens evaluated / reused, tokens decoded, seconds), tool
-            calls made, and ``final_turn_mean_logprob`` when the engine returned log-probabilities
-            (``SamplingParams.logprobs``): ``SessionTotals``.
-        trajectory_path: the JSONL journal, when one was written.
-        session_id: the journal's session id.
-    """
-
-    answer: str | None
-    termination: str
-    sources: list[str]
-    unvisited_citations: list[str]
-    turns: int
-    messages: list[dict[str, str]]
-    elapsed_s: float
-    totals: SessionTotals
-    trajectory_path: Path | None
-    session_id: str
-
-    @classmethod
-    def unrun(cls, termination: str, *, session_id: str, elapsed_s: float = 0.0) -> Result:
-        """The result of a session that ended before its loop recorded anything (cancelled while it waited, or it
-        failed to start): no answer, no turns, zero totals."""
-        return cls(None, termination, [], [], 0, [], elapsed_s, SessionTotals(), None, session_id)
 
 
 @dataclass

@@ -20,8 +20,9 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from venus_edge.errors import VenusEdgeError
 from venus_edge.events import (
@@ -47,7 +48,7 @@ from venus_edge.session import (
 )
 
 if TYPE_CHECKING:
-    from venus_edge.agent import Result
+    from venus_edge.result import Result
 
 EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_plan_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _add_plan_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = commands.add_parser("plan", help="choose n_ctx and the KV-cache type that fit a model in the RAM budget")
     plan.add_argument("model", metavar="MODEL", help="a GGUF path, or a hub repo owner/name[:file.gguf]")
     plan.add_argument("--n-ctx", type=int, default=None, metavar="N",
@@ -109,13 +110,13 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return EXIT_ANSWERED
 
 
-def _add_eval_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _add_eval_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from venus_edge.eval.cli import add_command
 
     add_command(commands)
 
 
-def _add_quantize_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _add_quantize_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `quantize` and `inspect` (their parsers import nothing heavy; gguf loads when they run)."""
     try:
         from venus_edge.quantize.cli import add_commands
@@ -124,7 +125,7 @@ def _add_quantize_commands(commands: "argparse._SubParsersAction[argparse.Argume
     add_commands(commands)
 
 
-def _add_train_command(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _add_train_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``train`` (its parser imports nothing heavy)."""
     try:
         from venus_edge.train.cli import add_command
@@ -133,7 +134,7 @@ def _add_train_command(commands: "argparse._SubParsersAction[argparse.ArgumentPa
     add_command(commands)
 
 
-def _add_server_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``serve`` and ``mcp`` (their parsers import nothing heavy; FastAPI and mcp load when they run)."""
     from venus_edge.server.cli import add_commands
 
@@ -242,7 +243,7 @@ def _research_samples(args: argparse.Namespace) -> int:
     return EXIT_ANSWERED if chosen is not None else EXIT_NO_ANSWER
 
 
-def _result_payload(result: "Result") -> dict[str, Any]:
+def _result_payload(result: Result) -> dict[str, Any]:
     payload = {k: v for k, v in vars(result).items() if k != "messages"}
     payload["totals"] = result.totals.to_dict()
     payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
@@ -304,7 +305,7 @@ class _Progress:
         return None
 
 
-def _print_result(result: "Result", out: TextIO) -> None:
+def _print_result(result: Result, out: TextIO) -> None:
     if result.answer is not None:
         print(f"Answer:\n{result.answer}", file=out)
     else:

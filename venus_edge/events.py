@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from venus_edge.agent import Result
+    from venus_edge.result import Result
     from venus_edge.turn import Turn
 
 __all__ = [

@@ -12,18 +12,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
 from venus_edge.errors import VenusEdgeError
 from venus_edge.memory.plan import KV_TYPES, parse_size
 
 if TYPE_CHECKING:
-    from venus_edge.agent import AgentConfig, Result
+    from venus_edge.agent import AgentConfig
     from venus_edge.engines.base import Engine
+    from venus_edge.result import Result
 
 __all__: list[str] = []
 
@@ -146,15 +148,15 @@ class Session:
 
     engine: Any
     tools: list[Any]
-    config: "AgentConfig"
+    config: AgentConfig
 
-    def rollout_engines(self, n: int) -> list["Engine"]:
+    def rollout_engines(self, n: int) -> list[Engine]:
         """One engine per concurrent rollout: the batched engine's sequences, else the one engine (a server
         handles concurrent requests; a ``LlamaCppEngine`` must then be driven one rollout at a time)."""
         sequence = getattr(self.engine, "sequence", None)
         return [sequence(i) for i in range(n)] if callable(sequence) else [self.engine] * n
 
-    def sample_config(self, index: int) -> "AgentConfig":
+    def sample_config(self, index: int) -> AgentConfig:
         """The config of sample ``index``: its own seed (``SAMPLE_SEED_STRIDE`` apart)."""
         return replace(self.config, seed=self.config.seed + index * SAMPLE_SEED_STRIDE)
 
@@ -211,7 +213,7 @@ def open_session(args: argparse.Namespace, *, logprobs: bool = False, samples: i
 
 def rollouts(
     session: Session, question: str, indices: Sequence[int], *, trajectory_path: str | os.PathLike[str] | None = None
-) -> Iterator[tuple[int, "Result"]]:
+) -> Iterator[tuple[int, Result]]:
     """Research ``question`` once per sample index, concurrently when the engine allows it (``Session.concurrent``),
     yielding ``(index, Result)`` as each rollout finishes. Each sample has its own seed (``sample_config``)."""
     from venus_edge.agent import Agent

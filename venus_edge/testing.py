@@ -11,10 +11,11 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from venus_edge.engines.base import Completion, GenerationStats, room_left
 from venus_edge.errors import GenerationCancelled
@@ -145,7 +146,7 @@ class UvicornThread:
         self.server.should_exit = True
         self.thread.join(10)
 
-    def __enter__(self) -> "UvicornThread":
+    def __enter__(self) -> UvicornThread:
         return self
 
     def __exit__(self, *exc: object) -> None:

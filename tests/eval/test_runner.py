@@ -8,10 +8,11 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
 
-from venus_edge.agent import Agent, Result
+from venus_edge.agent import Agent
 from venus_edge.eval.data import EvalExample
 from venus_edge.eval.judge import LLMJudge
 from venus_edge.eval.runner import RESULTS_FILE, read_rows, run_eval
+from venus_edge.result import Result
 from venus_edge.testing import ScriptedEngine, answer_turn, tool_call_turn
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import SearchTool

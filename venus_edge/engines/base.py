@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Generator, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from venus_edge.errors import ContextOverflowError, GenerationCancelled
 

@@ -33,9 +33,10 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import llama_cpp
 import numpy as np

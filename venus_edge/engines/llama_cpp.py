@@ -22,9 +22,10 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import llama_cpp
 import numpy as np
@@ -261,7 +262,7 @@ class LlamaCppEngine:
         """Run ``function`` on the engine's decode thread, never the main one (see ``off_main_thread``)."""
         return self._decoder.submit(function, *args).result()
 
-    def __enter__(self) -> "LlamaCppEngine":
+    def __enter__(self) -> LlamaCppEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:

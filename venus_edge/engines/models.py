@@ -37,7 +37,7 @@ def resolve_model(spec: str | os.PathLike[str] = DEFAULT_MODEL, *, quant: str = 
     """
     text = os.fspath(spec)
     path = Path(text).expanduser()
-    if path.exists() or text.endswith(".gguf") and ":" not in text or text.startswith((".", "/", "~")):
+    if path.exists() or (text.endswith(".gguf") and ":" not in text) or text.startswith((".", "/", "~")):
         if not path.is_file():
             raise ModelNotFoundError(text, "no such file")
         return path

@@ -35,7 +35,8 @@ import json
 import math
 import time
 import unicodedata
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import httpx
 

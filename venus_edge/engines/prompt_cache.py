@@ -54,9 +54,10 @@ import os
 import secrets
 import struct
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Sequence
+from typing import Any, BinaryIO
 
 import llama_cpp
 import numpy as np

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import unicodedata
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import llama_cpp
 

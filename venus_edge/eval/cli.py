@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from venus_edge.eval.aggregate import AGGREGATORS
 
 if TYPE_CHECKING:
-    from venus_edge.agent import Result
     from venus_edge.eval.data import EvalExample
     from venus_edge.eval.records import EvalRow
+    from venus_edge.result import Result
 
 __all__ = ["add_command", "run"]
 

@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from venus_edge.agent import Result
 from venus_edge.engines.base import TextCompleter
 from venus_edge.eval.data import EvalExample
 from venus_edge.eval.judge import LLMJudge
@@ -28,6 +27,7 @@ from venus_edge.eval.metrics import exact_match, token_f1
 from venus_edge.eval.records import EvalRow, EvalSummary
 from venus_edge.eval.report import summarize, write_report
 from venus_edge.jsonl import append_record, iter_records
+from venus_edge.result import Result
 
 __all__ = ["run_eval"]
 

@@ -30,10 +30,11 @@ import collections
 import hmac
 import json
 import re
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from importlib.resources import files
+from typing import Any
 from urllib.parse import unquote_to_bytes
-from typing import Any, AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -47,10 +48,11 @@ from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from venus_edge.agent import Result, unvisited_citations
+from venus_edge.agent import unvisited_citations
+from venus_edge.result import Result
 from venus_edge.server.service import (
-    QueueFullError,
     QuestionTooLongError,
+    QueueFullError,
     ResearchService,
     SessionHandle,
     SessionRequest,

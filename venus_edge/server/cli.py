@@ -22,7 +22,7 @@ from venus_edge.session import add_session_arguments, check_session_arguments, o
 
 __all__ = ["add_commands", "run"]
 
-def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``serve`` and ``mcp`` (their parsers import nothing heavy)."""
     serve = commands.add_parser("serve", help="serve research over HTTP: SSE, OpenAI-compatible chat, a web page")
     add_session_arguments(serve, engine_key_flag="--engine-api-key")

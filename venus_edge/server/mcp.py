@@ -25,7 +25,8 @@ import copy
 import json
 import os
 import sys
-from typing import Annotated, Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
@@ -33,7 +34,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
-from venus_edge.agent import Result
+from venus_edge.result import Result
 from venus_edge.server.defaults import default_journal_path, is_loopback
 from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest, answer_with_sources
 from venus_edge.session import check_session_arguments, open_session

@@ -18,14 +18,16 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from venus_edge.agent import CANCELLED, Agent, AgentConfig, Result
+from venus_edge.agent import CANCELLED, Agent, AgentConfig
 from venus_edge.engines.base import Engine
 from venus_edge.errors import ContextOverflowError, VenusEdgeError
 from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
+from venus_edge.result import Result
 from venus_edge.tools.base import Tool
 from venus_edge.trajectory import Trajectory, read_journal
 
