@@ -31,7 +31,7 @@ def test_engine_types_load_no_backend(module):
 
 
 # Modules used as namespaces of their own (``from venus_edge import protocol``), not re-exported by the package.
-NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.session", "venus_edge.testing", "venus_edge.eval.cli",
+NAMESPACE_MODULES = {"venus_edge.cli", "venus_edge.flags", "venus_edge.session", "venus_edge.testing", "venus_edge.eval.cli",
                      "venus_edge.quantize.cli", "venus_edge.train.cli", "venus_edge.server.cli", "venus_edge.bench.cli"}
 # Names exported across packages: the tool interface at the top level.
 CROSS_EXPORTS = {"venus_edge": {"Tool", "ToolError", "ToolResult"}}

@@ -297,12 +297,15 @@ def test_plan_command_table_and_refusal(smollm2_gguf, capsys):
 def test_session_flags_reach_the_engine(smollm2_gguf, tmp_path):
     """``research --kv-type/--ram`` load the engine with the plan; the batched engine refuses them."""
     from venus_edge.cli import build_parser
-    from venus_edge.session import SetupError, _load_engine
+    from venus_edge.session import SessionSettings, SetupError, _load_engine
+
+    def settings(argv: list[str]) -> SessionSettings:
+        return SessionSettings.from_args(build_parser().parse_args(argv))
 
     base = ["research", "q", "--model", str(smollm2_gguf), "--replay", str(tmp_path), "--threads", "1"]
-    with _load_engine(build_parser().parse_args([*base, "--n-ctx", "1024", "--kv-type", "q4_0"]), 1) as engine:
+    with _load_engine(settings([*base, "--n-ctx", "1024", "--kv-type", "q4_0"]), 1) as engine:
         assert (engine.n_ctx, engine.memory_plan.kv_type, engine.memory_plan.flash_attn) == (1024, "q4_0", True)
-    with _load_engine(build_parser().parse_args([*base, "--ram", "600M"]), 1) as engine:
+    with _load_engine(settings([*base, "--ram", "600M"]), 1) as engine:
         assert engine.memory_plan.ram_bytes == 600 * MiB and engine.memory_plan.fits
     with pytest.raises(SetupError, match="--kv-type and --ram"):
-        _load_engine(build_parser().parse_args([*base, "--ram", "2G"]), 2)
+        _load_engine(settings([*base, "--ram", "2G"]), 2)

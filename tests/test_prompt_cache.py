@@ -242,11 +242,14 @@ def test_the_folder_keeps_the_most_recently_used_files(smollm2_gguf, tokenize, t
 def test_research_keeps_the_cache_under_the_cache_folder_unless_told_not_to(smollm2_gguf, tmp_path):
     """``research`` turns the cache on in ``$XDG_CACHE_HOME/venus-edge/prompt-cache``; ``--no-prompt-cache`` off."""
     from venus_edge.cli import build_parser
-    from venus_edge.session import _load_engine
+    from venus_edge.session import SessionSettings, _load_engine
+
+    def settings(argv: list[str]) -> SessionSettings:
+        return SessionSettings.from_args(build_parser().parse_args(argv))
 
     base = ["research", "q", "--corpus", str(tmp_path), "--model", str(smollm2_gguf), "--n-ctx", "512"]
     assert default_prompt_cache_dir() == Path(os.environ["XDG_CACHE_HOME"]) / "venus-edge" / "prompt-cache"
-    with _load_engine(build_parser().parse_args(base), 1) as engine:
+    with _load_engine(settings(base), 1) as engine:
         assert engine.prompt_cache is not None and engine.prompt_cache.directory == default_prompt_cache_dir()
-    with _load_engine(build_parser().parse_args([*base, "--no-prompt-cache"]), 1) as engine:
+    with _load_engine(settings([*base, "--no-prompt-cache"]), 1) as engine:
         assert engine.prompt_cache is None

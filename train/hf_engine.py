@@ -56,6 +56,9 @@ class TransformersEngine:
         calls: every ``generate`` call since the last ``reset_calls()``, in order.
     """
 
+    #: One KV cache, one rollout at a time (``Engine.concurrent_rollouts``).
+    concurrent_rollouts = False
+
     def __init__(self, model: Any, tokenizer: Any, *, n_ctx: int = 8192) -> None:
         self.model = model
         self.tokenizer = tokenizer

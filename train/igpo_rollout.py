@@ -71,6 +71,11 @@ class RecordingEngine:
     def n_ctx(self) -> int:
         return int(self.engine.n_ctx)
 
+    @property
+    def concurrent_rollouts(self) -> bool:
+        """False: a recorder records one rollout (the engine under it may serve several recorders)."""
+        return False
+
     def reset_calls(self) -> list[GenerationCall]:
         """Return the recorded calls and start a new record."""
         calls, self.calls = self.calls, []

@@ -39,13 +39,8 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.session import (
-    add_memory_arguments,
-    add_session_arguments,
-    check_session_arguments,
-    open_session,
-    rollouts,
-)
+from venus_edge.flags import add_memory_arguments, add_session_arguments, check_session_arguments
+from venus_edge.session import SessionSettings, open_session
 
 if TYPE_CHECKING:
     from venus_edge.result import Result
@@ -182,8 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from venus_edge.agent import Agent
-
     check_session_arguments(args, parser)
     if args.samples < 1:
         parser.error("--samples must be at least 1")
@@ -194,10 +187,11 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("give the question to research (or --resume FILE)")
     elif args.session is not None:
         parser.error("--session ID goes with --resume FILE")
+    settings = SessionSettings.from_args(args)
     if args.samples > 1:
-        return _research_samples(args)
-    with open_session(args) as session:
-        agent = Agent(session.engine, session.tools, config=session.config, trajectory_path=args.out)
+        return _research_samples(args, settings)
+    with open_session(settings) as session:
+        agent = session.agent(trajectory_path=args.out)
         progress = _Progress(sys.stderr, quiet=args.quiet)
         if args.resume is not None:
             stream = agent.resume_events(args.resume, args.session)
@@ -214,14 +208,14 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return EXIT_ANSWERED if result.answer is not None else EXIT_NO_ANSWER
 
 
-def _research_samples(args: argparse.Namespace) -> int:
+def _research_samples(args: argparse.Namespace, settings: SessionSettings) -> int:
     """``--samples N``: N rollouts at once (one llama.cpp batch, or concurrent server requests), one answer."""
     from venus_edge.eval.aggregate import aggregate_answers
 
-    with open_session(args, logprobs=args.aggregate == "confidence", samples=args.samples) as session:
+    with open_session(settings, logprobs=args.aggregate == "confidence", samples=args.samples) as session:
         if not args.quiet:
             print(f"{args.samples} rollouts of {session.engine.model_info().get('name')}", file=sys.stderr)
-        finished = dict(rollouts(session, args.question, range(args.samples), trajectory_path=args.out))
+        finished = dict(session.rollouts(args.question, range(args.samples), trajectory_path=args.out))
         results = [finished[i] for i in range(args.samples)]
         chosen = aggregate_answers(
             [r.answer for r in results], method=args.aggregate, question=args.question,

@@ -216,6 +216,8 @@ class ScriptedEngine:
     piece_chars: int = 0
     delay_s: float = 0.0
     pieces_streamed: int = 0
+    #: Agents on one scripted engine would take each other's turns (``Engine.concurrent_rollouts``).
+    concurrent_rollouts = False
 
     def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
         return [ord(c) for c in text]

@@ -146,7 +146,13 @@ class Engine(Protocol):
     ``GenerationCancelled`` the engine stops at that token and returns with ``finish_reason == "cancelled"``
     (feeding the text through a ``StopStream`` gives both). ``stream_generation`` turns any engine's
     ``generate`` into an iterator of text pieces.
+
+    Abilities are declared, not probed: ``concurrent_rollouts`` says whether several agents may call ``generate``
+    at the same time (a model server batches concurrent requests; an in-process context decodes one at a time).
     """
+
+    @property
+    def concurrent_rollouts(self) -> bool: ...
 
     @property
     def n_ctx(self) -> int: ...

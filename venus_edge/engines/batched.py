@@ -379,6 +379,9 @@ class SequenceEngine:
     ``n_ctx`` is the sequence's share of the cache; tokenization, text and ``complete`` are the shared engine's.
     """
 
+    #: One agent at a time drives a sequence; the batched engine's other sequences run beside it.
+    concurrent_rollouts = False
+
     def __init__(self, batched: BatchedLlamaCppEngine, index: int) -> None:
         self.batched = batched
         self.index = index

@@ -97,6 +97,9 @@ class LlamaCppEngine:
         MemoryPlanError: the planner finds no context that fits the RAM budget (the message says what would).
     """
 
+    #: One llama.cpp context decodes one rollout at a time (``Engine.concurrent_rollouts``).
+    concurrent_rollouts = False
+
     def __init__(
         self,
         model_path: str | os.PathLike[str],

@@ -87,7 +87,8 @@ class OpenAIEngine:
         EngineConnectionError: the server cannot be reached or does not say its context window.
     """
 
-    #: Requests may run at the same time (the server batches them when it has the slots).
+    #: Requests may run at the same time (the server batches them when it has the slots):
+    #: ``Engine.concurrent_rollouts``.
     concurrent_rollouts = True
 
     def __init__(

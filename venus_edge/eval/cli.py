@@ -27,7 +27,7 @@ __all__ = ["add_command", "run"]
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``eval`` with the session flags of ``research``."""
-    from venus_edge.session import add_session_arguments
+    from venus_edge.flags import add_session_arguments
 
     parser = commands.add_parser("eval", help="evaluate the agent on a question set (pass@k, EM, F1, judge)")
     parser.add_argument("data", help="a question set: 'pydocs' (shipped), or a .jsonl/.json/.csv/.parquet file "
@@ -53,7 +53,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.eval.data import load_examples
     from venus_edge.eval.judge import LLMJudge
     from venus_edge.eval.runner import TRAJECTORIES_FILE, run_eval
-    from venus_edge.session import check_session_arguments, open_session, rollouts
+    from venus_edge.flags import check_session_arguments
+    from venus_edge.session import SessionSettings, open_session
 
     check_session_arguments(args, parser)
     if args.k < 1:
@@ -68,13 +69,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"skipped row {number}: {reason}", file=sys.stderr)
     out = args.out or Path("runs") / f"eval-{Path(args.data).stem}"
     samples = args.k if args.parallel else 1
-    with open_session(args, logprobs=args.aggregate == "confidence", samples=samples) as session:
+    with open_session(SessionSettings.from_args(args), logprobs=args.aggregate == "confidence",
+                      samples=samples) as session:
         judge_engine = _judge_engine(args.judge, session.engine)
         try:
             judge = LLMJudge(judge_engine) if judge_engine is not None else None
 
             def sample(example: EvalExample, indices: Sequence[int]) -> Iterator[tuple[int, Result]]:
-                return rollouts(session, example.question, indices, trajectory_path=out / TRAJECTORIES_FILE)
+                return session.rollouts(example.question, indices, trajectory_path=out / TRAJECTORIES_FILE)
 
             with _ProgressBar(len(loaded.examples) * args.k, quiet=args.quiet) as bar:
                 summary = run_eval(loaded.examples, sample, out_dir=out, k=args.k, judge=judge,

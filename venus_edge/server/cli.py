@@ -17,10 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from venus_edge.flags import add_session_arguments, check_session_arguments, size_argument
 from venus_edge.server.defaults import default_journal_path, is_loopback
-from venus_edge.session import add_session_arguments, check_session_arguments, open_session, size_argument
+from venus_edge.session import SessionSettings, open_session
 
 __all__ = ["add_commands", "run"]
+
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``serve`` and ``mcp`` (their parsers import nothing heavy)."""
@@ -73,9 +75,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``venus-edge serve`` (or ``mcp``: ``venus_edge.server.mcp.run_mcp``): load the model and tools, serve until
     interrupted; the exit code."""
     if args.command == "mcp":
-        from venus_edge.server.mcp import run_mcp
-
-        return run_mcp(args, parser)
+        return _run_mcp(args, parser)
     import uvicorn
 
     from venus_edge.server.app import create_app
@@ -88,8 +88,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.slots < 1 or args.max_queue < 0:
         parser.error("--slots must be at least 1 and --max-queue at least 0")
     journal = args.journal or default_journal_path()
-    with open_session(args, samples=args.slots) as session:
-        engines: list[Any] = session.rollout_engines(args.slots) if session.concurrent else [session.engine]
+    with open_session(SessionSettings.from_args(args), samples=args.slots) as session:
+        engines: list[Any] = session.parallel_engines(args.slots)
         service = ResearchService(engines, session.tools, session.config, journal_path=journal,
                                   max_queue=args.max_queue, max_question_chars=args.max_question_chars)
         app = create_app(service, api_key=args.server_api_key, cors_origins=args.cors_origin,
@@ -102,3 +102,21 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         finally:
             service.close()
     return 0
+
+
+def _run_mcp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``venus-edge mcp``: serve MCP on ``args.transport`` (``venus_edge.server.mcp.run_mcp``); the exit code.
+
+    Refuses (``parser.error``, exit code 2) bad session flags, ``--max-queue`` below 0 and, with
+    ``--transport http``, a ``--host`` other machines can reach.
+    """
+    from venus_edge.server.mcp import run_mcp
+
+    if args.transport == "http" and not is_loopback(args.host):
+        parser.error(f"--host {args.host} can be reached from other machines; venus-edge mcp serves loopback only "
+                     "(127.0.0.1, ::1, localhost): use venus-edge serve --api-key KEY to serve other machines")
+    check_session_arguments(args, parser)
+    if args.max_queue < 0:
+        parser.error("--max-queue must be at least 0")
+    return run_mcp(SessionSettings.from_args(args), transport=args.transport, host=args.host, port=args.port,
+                   journal_path=args.journal or default_journal_path(), max_queue=args.max_queue)

@@ -19,13 +19,13 @@ loopback address (``--transport http --host 127.0.0.1 --port 8766``, endpoint ``
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -35,9 +35,8 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from venus_edge.result import Result
-from venus_edge.server.defaults import default_journal_path, is_loopback
 from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest, answer_with_sources
-from venus_edge.session import check_session_arguments, open_session
+from venus_edge.session import SessionSettings, open_session
 from venus_edge.toolbox import close_tools
 from venus_edge.tools.base import Tool, ToolRegistry
 from venus_edge.tools.errors import ToolArgumentError
@@ -148,38 +147,33 @@ def create_mcp_server(service: ResearchService, tools: Sequence[Tool] | None = N
     return server
 
 
-def run_mcp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``venus-edge mcp``: load the model and tools, serve MCP on ``args.transport`` until the client closes stdin
-    (stdio) or the process is interrupted (http); the exit code.
+def run_mcp(settings: SessionSettings, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8766,
+            journal_path: str | os.PathLike[str], max_queue: int = 8) -> int:
+    """Load the model and tools ``settings`` describe and serve MCP on ``transport`` (``stdio`` or ``http``, the
+    streamable HTTP endpoint ``/mcp`` on ``host``:``port``) until the client closes stdin (stdio) or the process is
+    interrupted (http); the exit code. Sessions are journaled to ``journal_path``; ``max_queue`` may wait.
 
-    Refuses (``parser.error``, exit code 2) bad session flags, ``--max-queue`` below 0 and, with
-    ``--transport http``, a ``--host`` other machines can reach. Raises ``SetupError`` (exit code 3 in the CLI) when
-    the tools cannot be built.
+    Raises:
+        SetupError: the tools cannot be built (exit code 3 in the CLI).
     """
-    if args.transport == "http" and not is_loopback(args.host):
-        parser.error(f"--host {args.host} can be reached from other machines; venus-edge mcp serves loopback only "
-                     "(127.0.0.1, ::1, localhost): use venus-edge serve --api-key KEY to serve other machines")
-    check_session_arguments(args, parser)
-    if args.max_queue < 0:
-        parser.error("--max-queue must be at least 0")
-    journal = args.journal or default_journal_path()
-    stdio = args.transport == "stdio"
+    journal = Path(journal_path)
+    stdio = transport == "stdio"
     with contextlib.ExitStack() as stack:
         with _stdout_to_stderr() if stdio else contextlib.nullcontext():  # stdout is the protocol's alone
-            session = stack.enter_context(open_session(args))
+            session = stack.enter_context(open_session(settings))
         service = ResearchService([session.engine], session.tools, session.config, journal_path=journal,
-                                  max_queue=args.max_queue)
+                                  max_queue=max_queue)
         stack.callback(service.close)
         direct = [_direct_tool(tool) for tool in session.tools]
         stack.callback(close_tools, [twin for twin, tool in zip(direct, session.tools) if twin is not tool])
         server = create_mcp_server(service, direct)
-        where = "stdio" if stdio else f"http://{args.host}:{args.port}/mcp"
+        where = "stdio" if stdio else f"http://{host}:{port}/mcp"
         print(f"venus-edge mcp: {where} (tools: research, {', '.join(t.name for t in session.tools)}; "
-              f"{args.max_queue} session(s) may wait; journal {journal})", file=sys.stderr, flush=True)
+              f"{max_queue} session(s) may wait; journal {journal})", file=sys.stderr, flush=True)
         if stdio:
             server.run("stdio")
         else:
-            server.run("streamable-http", host=args.host, port=args.port)
+            server.run("streamable-http", host=host, port=port)
     return 0
 
 

@@ -1,0 +1,112 @@
+"""The command-line flags that set up a research session, shared by ``research``, ``eval``, ``serve`` and ``mcp``
+(and ``plan``'s memory flags), with their checks; ``venus_edge.session.SessionSettings.from_args`` turns them into
+the settings record the rest of the package takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
+from venus_edge.memory.plan import KV_TYPES, parse_size
+
+__all__ = ["add_memory_arguments", "add_session_arguments", "check_session_arguments", "size_argument"]
+
+
+def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: str = "--api-key") -> None:
+    """The flags that set up a research session (model, engine, tools, limits, sampling): ``research``, ``eval``,
+    ``serve``, ``mcp``. ``engine_key_flag`` names the flag of ``--base-url``'s bearer token (``serve`` keeps
+    ``--api-key`` for its own clients); its value is ``args.api_key`` either way."""
+    parser.add_argument("--model", default=None,
+                        help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, "
+                             f"{DEFAULT_QUANT}); with --engine openai, the server's model name")
+    parser.add_argument("--engine", choices=("llama", "openai"), default="llama",
+                        help="llama: llama.cpp in this process (default); openai: a server at --base-url")
+    parser.add_argument("--base-url", default=None, metavar="URL",
+                        help="the OpenAI-compatible server of --engine openai (llama-server, vLLM, SGLang)")
+    parser.add_argument(engine_key_flag, dest="api_key", default=os.environ.get("VENUS_EDGE_API_KEY"), metavar="KEY",
+                        help="bearer token for --base-url (default $VENUS_EDGE_API_KEY)")
+    parser.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
+                        help="a folder of HTML/Markdown/text/PDF documents to search and visit (repeatable)")
+    parser.add_argument("--web", action="store_true",
+                        help="also search the web (ddgs engines with back-off and fallback; needs the web extra)")
+    parser.add_argument("--record", type=Path, default=None, metavar="DIR",
+                        help="record every tool call's result under DIR, to replay the session later")
+    parser.add_argument("--replay", type=Path, default=None, metavar="DIR",
+                        help="answer tool calls only from the records in DIR: no corpus, web or network needed")
+    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                        help="let visit fetch this private network, e.g. 10.20.0.0/16 (repeatable)")
+    parser.add_argument("--search-results", type=int, default=10, metavar="N",
+                        help="results per search query (default 10, as DR-Venus was trained)")
+    parser.add_argument("--extractive-visit", action="store_true",
+                        help="visit shows the page passages that match the goal, without a model-written summary "
+                             "(for models too small to summarize)")
+    parser.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
+    parser.add_argument("--max-tokens", type=int, default=15_000, metavar="N",
+                        help="new tokens per turn (default 15000)")
+    parser.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
+    parser.add_argument("--n-ctx", type=int, default=None, metavar="N",
+                        help="context window in tokens (of each sample's sequence when several run at once)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    add_memory_arguments(parser)
+    parser.add_argument("--no-prompt-cache", action="store_true",
+                        help="do not save or restore the system prompt's KV state (kept under "
+                             "$XDG_CACHE_HOME/venus-edge/prompt-cache; see README, Prompt cache)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
+    parser.add_argument("--min-tool-calls", type=int, default=0, metavar="N",
+                        help="with --strict, tool calls required before an answer is allowed (default 0)")
+    parser.add_argument("--context-policy", choices=("force-answer", "keep-last-k", "summarize"),
+                        default="force-answer",
+                        help="at the context budget: force the final answer (default, as trained), keep only the "
+                             "last K tool results whole, or summarize the evidence and restart")
+    parser.add_argument("--keep-last", type=int, default=3, metavar="K",
+                        help="tool results kept whole by --context-policy keep-last-k (default 3)")
+    parser.add_argument("--answer-reserve", type=int, default=1_024, metavar="N",
+                        help="tokens of n_ctx always kept free for the final answer, at least (default 1024; "
+                             "grows to the longest turn seen)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def size_argument(text: str) -> int:
+    """``--ram`` values: bytes of ``6G``, ``512M``, ``6GiB``, ``6.5GB`` (``parse_size``); a usage error otherwise."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--kv-type`` and ``--ram``, the memory planner's flags (``research``, ``eval``, ``plan``)."""
+    parser.add_argument("--kv-type", choices=KV_TYPES, default=None,
+                        help="KV-cache type (default: the memory planner's choice; research and eval with --n-ctx "
+                             "and no --ram use f16); q8_0 and q4_0 turn on flash attention")
+    parser.add_argument("--ram", type=size_argument, default=None, metavar="SIZE",
+                        help="RAM budget for the model and its context, e.g. 6G or 512M (default: the memory "
+                             "available now); n_ctx and the KV-cache type are chosen to fit it")
+
+
+def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse bad session flags before anything loads (a typo must not cost a model load or download)."""
+    if not (args.corpus or args.web or args.replay):
+        parser.error("give at least one --corpus DIR, --web, or --replay DIR")
+    if args.record and args.replay:
+        parser.error("--record and --replay exclude each other")
+    for folder in args.corpus:
+        if not folder.is_dir():
+            parser.error(f"--corpus {folder}: not a directory")
+    if args.replay and not args.replay.is_dir():
+        parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
+    if args.max_turns < 1:
+        parser.error("--max-turns must be at least 1")
+    if args.keep_last < 0:
+        parser.error("--keep-last must be at least 0")
+    if args.answer_reserve < 0:
+        parser.error("--answer-reserve must be at least 0")
+    if args.engine == "openai" and not args.base_url:
+        parser.error("--engine openai needs --base-url URL (e.g. http://127.0.0.1:8080)")
+    if args.base_url and args.engine != "openai":
+        parser.error("--base-url is for --engine openai")
