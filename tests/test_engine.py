@@ -233,15 +233,17 @@ def test_a_model_turn_quoting_a_page_cannot_close_its_message(tiny_engine):
     assert engine.prompt_ids.count(im_end) == 4
 
 
-def test_a_rewritten_turn_keeps_its_sampled_ids_up_to_the_first_change(tiny_engine):
+@pytest.mark.parametrize("thought", ["Look it up.", "🚀 Look 🚀 it 🚀 up 🚀 für 🚀 日本 🚀.", "🚀" * 9])
+def test_a_rewritten_turn_keeps_its_sampled_ids_up_to_the_first_change(tiny_engine, thought):
     """A turn the loop rewrites (a tool call cut before ``</tool_call>``, closed in the canonical form) keeps the ids
     it was sampled as for the text the rewrite left unchanged, so the KV cache is reused up to the first changed
     token; the rest is tokenized afresh. The sampled ids here spell ``</think>`` as text pieces, which a fresh
-    tokenization would not, so a re-tokenized turn cannot pass."""
+    tokenization would not, so a re-tokenized turn cannot pass. Characters of several tokens (an emoji) decode to
+    U+FFFD when cut, so a search over ids must still find the longest whole-character prefix."""
     from venus_edge.agent import Agent
     from venus_edge.testing import answer_turn
 
-    turn = 'Look it up.\n</think>\n\n<tool_call>\n{"name": "visit", "arguments": {"url": ["u"], "goal": "g"}}'
+    turn = thought + '\n</think>\n\n<tool_call>\n{"name": "visit", "arguments": {"url": ["u"], "goal": "g"}}'
     engine = _scripted_on(tiny_engine, [turn, answer_turn("done")])
     prompts: list[list[int]] = []
     generate = engine.generate

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
 import re
 import threading
 import time
@@ -71,7 +72,7 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.grammar import GrammarLimits, turn_grammar
+from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar
 from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
 from venus_edge.result import Result, SessionTotals
 from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
@@ -220,7 +221,7 @@ class Agent:
         tools: Iterable[Tool],
         *,
         config: AgentConfig | None = None,
-        trajectory_path: str | Path | None = None,
+        trajectory_path: str | os.PathLike[str] | None = None,
         context_policy: ContextPolicy | None = None,
     ) -> None:
         self.engine = engine
@@ -266,7 +267,7 @@ class Agent:
         config = config or self.config
         if not config.strict:
             return None
-        actions = "answer" if forcing else "either" if tool_calls_made >= config.min_tool_calls else "call"
+        actions: TurnActions = "answer" if forcing else "either" if tool_calls_made >= config.min_tool_calls else "call"
         return turn_grammar(self.registry.schemas, config.grammar_limits, actions=actions)
 
     def run(self, question: str, *, cancel: threading.Event | None = None) -> Result:
@@ -358,8 +359,8 @@ def _text_deltas(step: int, pieces: Generator[str, None, Completion]) -> Generat
 def _last_result(stream: Iterable[Event]) -> Result:
     """Run an event stream to its end: its last event, ``SessionFinished``, carries the result."""
     last: Event | None = None
-    for last in stream:
-        pass
+    for event in stream:
+        last = event
     assert isinstance(last, SessionFinished), f"a session's last event is SessionFinished, not {last!r}"
     return last.result
 
@@ -788,7 +789,8 @@ class _Session:
                            [f.to_dict() for f in result.failures], round(elapsed, 3))
         return result
 
-    def _record_turn(self, step: int, attempt: _Attempt, observation: str | None, result: ToolResult) -> Iterator[Event]:
+    def _record_turn(self, step: int, attempt: _Attempt, observation: str | None,
+                     result: ToolResult) -> Iterator[Event]:
         parsed, completion, call = attempt.parsed, attempt.completion, attempt.call
         assert parsed is not None and completion is not None
         if parsed.kind == "answer" and completion.logprobs:  # the confidence that test-time aggregation weighs
@@ -858,15 +860,28 @@ class _Session:
         return tokenize(part)
 
     def _kept_prefix(self, sampled: _Sampled, content: str) -> int:
-        """How many of ``sampled``'s ids detokenize to a prefix of ``content`` (the turn as rewritten): a binary
-        search, as each probe is a detokenize call (a request, on a model server). 0 when none do."""
-        low, high = 0, len(sampled.token_ids)
+        """How many of ``sampled``'s ids detokenize to a prefix of ``content`` (the turn as rewritten), ending on a
+        whole character: a binary search, as each probe is a detokenize call (a request, on a model server). 0 when
+        none do.
+
+        A prefix that ends inside a multi-byte character decodes with a trailing U+FFFD, which ``content`` need not
+        hold there; the search compares the whole characters only (so its predicate is monotone), then steps back
+        off a partial character, whose bytes followed by fresh tokens would decode to other text.
+        """
+        ids = sampled.token_ids
+
+        def decoded(n: int) -> str:
+            return self.engine.detokenize(ids[:n])
+
+        low, high = 0, len(ids)
         while low < high:
             middle = (low + high + 1) // 2
-            if content.startswith(self.engine.detokenize(sampled.token_ids[:middle])):
+            if content.startswith(decoded(middle).rstrip(_REPLACEMENT_CHAR)):
                 low = middle
             else:
                 high = middle - 1
+        while low and (text := decoded(low)).endswith(_REPLACEMENT_CHAR) and not content.startswith(text):
+            low -= 1
         return low
 
     def _end(self, termination: str, answer: str | None) -> Generator[Event, None, Result]:
@@ -886,6 +901,7 @@ class _Session:
                       self.journal_path, self.session_id)
 
 
+_REPLACEMENT_CHAR = "\ufffd"  # what a detokenizer gives for the bytes of a cut character
 _URL_RE = re.compile(r"\b(?:https?|corpus)://[^\s<>()\[\]\"']+")
 
 
