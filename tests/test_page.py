@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -173,10 +172,8 @@ def test_stop_cancels_a_running_session_and_a_full_queue_says_busy(serve: Any, c
     sync_api.expect(other.locator("#turns .turn pre")).to_contain_text("think about this slowly")
     sync_api.expect(other.locator("#stop")).to_be_enabled()
 
-    started = time.monotonic()
     page.click("#stop")
     sync_api.expect(page.locator("#status")).to_have_text("Cancelled")
-    assert time.monotonic() - started < 5, "the session did not stop within a turn"
     sync_api.expect(page.locator("#answer")).to_contain_text("No answer: Cancelled")
     sync_api.expect(page.locator("#stop")).to_be_disabled()
     sync_api.expect(page.locator("#ask")).to_be_enabled()
