@@ -6,8 +6,9 @@ llama-cpp-python. torch and transformers are used only by the reference checks i
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from venus_edge.lazy import LazyExports as _LazyExports
 
 # Lazy exports (PEP 562): `venus_edge.quantize.cli` registers its commands without importing gguf. Every name a
 # module lists in its `__all__` is exported (tests/test_imports.py checks it).
@@ -32,14 +33,15 @@ _MODULE_EXPORTS = {
     ),
     "tiny": ("Qwen3Config", "build_tiny_qwen3_gguf", "tiny_qwen3_tensor_shapes", "write_tiny_qwen3"),
 }
-_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
+_EXPORTS = _LazyExports(__name__, _MODULE_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    return _EXPORTS.load(name)
 
 
-__all__ = sorted(_EXPORTS)
+def __dir__() -> list[str]:
+    return _EXPORTS.listing(globals())
+
+
+__all__ = _EXPORTS.names

@@ -4,8 +4,9 @@ real corpus tools. A real model runs the same loop in tests/test_research.py."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -58,7 +59,8 @@ def test_search_visit_answer_with_sources_and_journal(tools, tmp_path):
     assert results[0]["query"] == "tomllib added" and results[0]["web_page_info_list"][0]["url"] == TOMLLIB
     assert visit_obs.startswith(f"<tool_response>\nThe useful information in {TOMLLIB} for user goal")
     # Each prompt extends the previous one: the history is append-only.
-    assert all(b.startswith(a.removesuffix(protocol.GENERATION_PROMPT)) for a, b in zip(engine.prompts, engine.prompts[1:]))
+    prompts = engine.prompts
+    assert all(b.startswith(a.removesuffix(protocol.GENERATION_PROMPT)) for a, b in itertools.pairwise(prompts))
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     assert trajectory.messages == result.messages and trajectory.termination == "answered"
     assert [t.tool_call["name"] for t in trajectory.turns[:2]] == ["search", "visit"]
@@ -111,14 +113,15 @@ def test_a_json_encoded_list_argument_is_decoded(tools, query):
 )
 def test_the_duplicate_guard_compares_calls_coerced_to_the_schema(tools, first, again):
     """"q" and ["q"] (and an alias, an encoded list, an extra argument) are the same call, as the tools see it."""
-    result, events, _ = run([call("search", **first), call("search", **again), answer("a")], tools, max_retries=2)
+    _, events, _ = run([call("search", **first), call("search", **again), answer("a")], tools, max_retries=2)
     assert [e.reason for e in events if isinstance(e, TurnRetried)] == ["duplicate_call"]
 
 
 def test_a_lenient_turn_enters_the_history_canonical_and_the_journal_keeps_what_was_generated(tools, tmp_path):
     lenient = "x\n</think>\n\n<tool_call>\n{'name': 'search', 'arguments': {'query': ['tomllib'],},}\n</tool_call>"
     result, _, _ = run([lenient, answer("3.11")], tools, tmp_path)
-    canonical = '<think>\nx\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["tomllib"]}}\n</tool_call>'
+    canonical = ('<think>\nx\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": ["tomllib"]}}'
+                 "\n</tool_call>")
     assert result.messages[2] == {"role": "assistant", "content": canonical}
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     first = trajectory.turns[0]
@@ -131,7 +134,7 @@ def test_reasoning_that_mentions_tool_response_is_not_cut(tools):
     """The same characters in the reasoning are text: the turn runs, nothing is retried."""
     talk = ("Results come back inside <tool_response> tags.\n</think>\n\n<tool_call>\n"
             '{"name": "search", "arguments": {"query": ["tomllib"]}}\n</tool_call>\n<tool_response>\nmade up')
-    result, events, engine = run([talk, answer("3.11")], tools)
+    result, events, _ = run([talk, answer("3.11")], tools)
     assert not [e for e in events if isinstance(e, TurnRetried)]
     assert result.messages[2]["content"].startswith("<think>\nResults come back inside <tool_response> tags.")
     assert result.messages[2]["content"].endswith("</tool_call>") and "made up" not in result.messages[2]["content"]
@@ -145,7 +148,8 @@ def test_duplicate_call_is_resampled_then_executed_on_the_last_attempt(tools):
 
 
 def test_repetitive_output_is_resampled(tools):
-    looping = "I think " + "the answer is here. " * 12 + "\n</think>\n\n<answer>\nx\n</answer>" + " the answer is here." * 6
+    looping = ("I think " + "the answer is here. " * 12 + "\n</think>\n\n<answer>\nx\n</answer>"
+               + " the answer is here." * 6)
     result, events, _ = run([looping, answer("3.11")], tools)
     assert [e.reason for e in events if isinstance(e, TurnRetried)] == ["repetition"]
     assert result.answer == "3.11"
@@ -171,8 +175,7 @@ def test_turn_limit_without_answer(tools):
 
 
 def test_context_budget_forces_the_final_answer(tools):
-    result, events, engine = run([call("search", query=["tomllib"]), answer("short")], tools,
-                                 max_prompt_tokens=2_300)
+    result, _, _ = run([call("search", query=["tomllib"]), answer("short")], tools, max_prompt_tokens=2_300)
     assert result.termination == "answered_token_limit"
     assert observations(result)[-1] == protocol.observation(protocol.CONTEXT_LIMIT_NOTICE)
 
@@ -207,8 +210,9 @@ def test_turn_limit_line_says_the_final_answer_is_asked_for(tools):
 
 class CrashingTool:
     name = "search"
-    schema = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
-        "query": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}}
+    schema: ClassVar[dict[str, Any]] = {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"query": {"type": "array", "items": {"type": "string"}}},
+        "required": ["query"]}}}
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
         raise RuntimeError("backend exploded")

@@ -25,7 +25,8 @@ PACKAGE_ROOT = "venus_edge"
 # ``jsonl`` (records on disk, used by the journal, eval and train); the typed records of a session (``turn``,
 # ``events``, ``trajectory``) sit with the agent that makes them; ``testing`` holds a scripted engine.
 LAYERS: list[tuple[str, ...]] = [
-    ("venus_edge.tools", "venus_edge.protocol", "venus_edge.errors", "venus_edge.grammar", "venus_edge.jsonl"),
+    ("venus_edge.tools", "venus_edge.protocol", "venus_edge.errors", "venus_edge.grammar", "venus_edge.jsonl",
+     "venus_edge.lazy"),
     ("venus_edge.memory",),
     ("venus_edge.engines", "venus_edge.testing"),
     ("venus_edge.agent", "venus_edge.policies", "venus_edge.events", "venus_edge.result", "venus_edge.turn",

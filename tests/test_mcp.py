@@ -61,15 +61,14 @@ def test_stdio_session_lists_tools_searches_and_researches_with_progress(smollm2
         # a guard against a hang, not a time limit: how long two strict turns take depends on what is sampled and on
         # the machine (with VENUS_TEST_SEED=2 on two busy cores, SmolLM2 decoded 1.3 tokens/s and 240 s ran out)
         with (tmp_path / "server.log").open("w") as errlog, anyio.fail_after(600):
-            async with stdio_client(server, errlog=errlog) as (read, write):
-                async with ClientSession(read, write) as client:
-                    await client.initialize()
-                    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-                    search = await client.call_tool("search", {"query": "tomllib"})
-                    research = await client.call_tool("research", {"question": QUESTION, "max_turns": 2},
-                                                      progress_callback=on_progress)
-                    await cancel_a_research(client)
-                    return tools, search, research
+            async with stdio_client(server, errlog=errlog) as (read, write), ClientSession(read, write) as client:
+                await client.initialize()
+                tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+                search = await client.call_tool("search", {"query": "tomllib"})
+                research = await client.call_tool("research", {"question": QUESTION, "max_turns": 2},
+                                                  progress_callback=on_progress)
+                await cancel_a_research(client)
+                return tools, search, research
 
     async def cancel_a_research(client: ClientSession) -> None:
         """Start a second session and cancel its request once its first turn is decoding."""
@@ -148,13 +147,13 @@ def test_streamable_http_serves_the_same_tools(smollm2_gguf, docs_corpus, tmp_pa
             return await _http_session()
 
     async def _http_session() -> tuple[list[str], str]:
-        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write):
-            async with ClientSession(read, write) as client:
-                await client.initialize()
-                names = [tool.name for tool in (await client.list_tools()).tools]
-                visit = await client.call_tool("visit", {"url": "corpus://pydocs/library/tomllib.html",
-                                                         "goal": "when tomllib was added"})
-                return names, _text(visit)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with streamable_http_client(url) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            names = [tool.name for tool in (await client.list_tools()).tools]
+            visit = await client.call_tool("visit", {"url": "corpus://pydocs/library/tomllib.html",
+                                                     "goal": "when tomllib was added"})
+            return names, _text(visit)
 
     try:
         deadline = time.monotonic() + 90

@@ -267,7 +267,7 @@ def test_engine_loads_the_plan(smollm2_gguf):
 
 
 def test_engine_refuses_a_budget_too_small(smollm2_gguf):
-    with pytest.raises(MemoryPlanError, match="needs .* with 100.0 MiB given"):
+    with pytest.raises(MemoryPlanError, match=r"needs .* with 100\.0 MiB given"):
         LlamaCppEngine(smollm2_gguf, ram_bytes=100 * MiB)
     with pytest.raises(ValueError, match="kv_cache_f32"):
         LlamaCppEngine(smollm2_gguf, n_ctx=512, kv_cache_f32=True, kv_type="q8_0")

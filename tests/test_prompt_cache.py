@@ -128,7 +128,8 @@ def test_the_stable_prefix_of_a_real_prompt_is_the_longest_before_the_date_line(
     prefix_text = smollm2_engine.detokenize(prompt[:stable])
     one_more = smollm2_engine.detokenize(prompt[: stable + 1])
     assert stable > 400, stable
-    assert text_before.startswith(prefix_text) and not text_before.startswith(one_more), (prefix_text[-20:], one_more[-20:])
+    assert text_before.startswith(prefix_text), prefix_text[-20:]
+    assert not text_before.startswith(one_more), one_more[-20:]
 
 
 # ---------------------------------------------------------------------------------------------- restore

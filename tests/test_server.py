@@ -108,7 +108,7 @@ def test_delete_cancels_a_running_session_within_its_turn(journal: Path) -> None
     service, server = serve(engine, journal)
     with server, httpx.stream("POST", f"{server.url}/v1/research", json={"question": "q"}) as response:
         kinds = []
-        for kind, _, data in read_sse(response):
+        for kind, _, data in read_sse(response):  # noqa: B007  # the last event's data is read below
             kinds.append(kind)
             if kind == "text" and kinds.count("text") == 3:
                 session_id = response.headers["x-session-id"]
@@ -206,7 +206,8 @@ def test_oversized_bodies_and_questions_are_refused(journal: Path) -> None:
 
 
 def test_request_limits_are_lowered_to_the_servers_never_raised(journal: Path) -> None:
-    service = ResearchService([ScriptedEngine([])], [], AgentConfig(max_turns=20, time_limit_s=600), journal_path=journal)
+    config = AgentConfig(max_turns=20, time_limit_s=600)
+    service = ResearchService([ScriptedEngine([])], [], config, journal_path=journal)
     try:
         lowered = service.limit(SessionRequest("q", max_turns=5, time_limit_s=60, max_tokens=100))
         capped = service.limit(SessionRequest("q", max_turns=500, time_limit_s=60_000, max_tokens=10**9))

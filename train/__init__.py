@@ -16,8 +16,9 @@ trainers, the IGPO scoring and engine, and ``write_tiny_model`` import torch, tr
 when called.
 """
 
-import importlib as _importlib
 from typing import Any as _Any
+
+from venus_edge.lazy import LazyExports as _LazyExports
 
 _MODULE_EXPORTS = {
     "clean": ("RULES", "CleanContext", "CleanReport", "Judge", "clean_samples", "convert_search_results",
@@ -44,18 +45,15 @@ _MODULE_EXPORTS = {
     "toyworld": ("Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy",
                  "research_errors", "run_oracle"),
 }
-_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
+_EXPORTS = _LazyExports(__name__, _MODULE_EXPORTS)
 
 
 def __getattr__(name: str) -> _Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'venus_edge.train' has no attribute {name!r}")
-    return getattr(_importlib.import_module(f"venus_edge.train.{module}"), name)
+    return _EXPORTS.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+    return _EXPORTS.listing(globals())
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = _EXPORTS.names

@@ -17,6 +17,7 @@ from typing import Any
 
 from venus_edge.engines.base import (
     Completion,
+    FinishReason,
     GenerationStats,
     SamplingParams,
     StopStream,
@@ -84,7 +85,9 @@ class TransformersEngine:
         return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=not parse_special)["input_ids"])
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text: str = self.tokenizer.decode(list(token_ids), skip_special_tokens=False,
+                                          clean_up_tokenization_spaces=False)
+        return text
 
     def model_info(self) -> dict[str, Any]:
         config = self.model.config
@@ -144,7 +147,7 @@ class TransformersEngine:
         max_tokens = min(sampling.max_tokens, room)
         sampled: list[int] = []
         logprobs: list[float] = []
-        finish = "length"
+        finish: FinishReason = "length"
         text = ""
         with torch.no_grad():
             logits = self._last_logits

@@ -201,7 +201,8 @@ def turn_rewards(
     The boundary before turn 0 is the baseline; the boundary before turn t >= 1 is scored when turn t-1 called a
     tool in ``score_after`` (None: any tool). IG_t goes to turn t-1. A turn with a format error gets
     ``format_penalty`` in place of its reward. The outcome goes to the last turn, which is the answer turn whatever
-    it holds: when it is no well-formed answer the penalty is its outcome. ``information_gain=False`` is the outcome-only ablation (format penalties stay).
+    it holds: when it is no well-formed answer the penalty is its outcome. ``information_gain=False`` is the
+    outcome-only ablation (format penalties stay).
 
     Sets ``rollout.boundary_scores`` and returns the rewards.
     """
@@ -214,11 +215,12 @@ def turn_rewards(
             previous = turns[t - 1]
             scored[t] = previous["kind"] == "tool_call" and (score_after is None or previous["tool"] in score_after)
     scores: list[float | None] = [None] * count
-    if any(scored[1:]):
+    if any(scored[1:]) and encode is not None:  # scored only with a model and an encoder
         answer = pseudo_answer(rollout.answers[0], encode)
-        final = list(calls[count - 1].prompt_ids)
-        on_final = [t for t in range(count) if scored[t] and list(calls[t].prompt_ids) == final[:len(calls[t].prompt_ids)]]
-        values = score_boundaries(model, final, [len(calls[t].prompt_ids) for t in on_final], answer)
+        final_prompt = list(calls[count - 1].prompt_ids)
+        on_final = [t for t in range(count)
+                    if scored[t] and list(calls[t].prompt_ids) == final_prompt[:len(calls[t].prompt_ids)]]
+        values = score_boundaries(model, final_prompt, [len(calls[t].prompt_ids) for t in on_final], answer)
         for t, value in zip(on_final, values):
             scores[t] = value
         for t in range(count):  # a context that is not a prefix of the last one (rewritten history): scored alone
@@ -232,8 +234,8 @@ def turn_rewards(
     for t in range(count - 1):
         if turns[t]["format_errors"]:
             rewards.append(TurnReward(t, format_penalty, "format_penalty"))
-        elif gains[t + 1] is not None:
-            rewards.append(TurnReward(t, gains[t + 1], "information_gain"))
+        elif (gain := gains[t + 1]) is not None:
+            rewards.append(TurnReward(t, gain, "information_gain"))
     if count:
         # The last turn is the answer turn whatever it holds (the reference checks it as one): a turn that is no
         # well-formed answer (unclosed, a call in the forced final turn) is penalized; an infrastructure failure

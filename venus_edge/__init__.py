@@ -21,9 +21,10 @@ The layers, lowest first (ARCHITECTURE.md; an import may only point down or side
 6. ``cli``, ``train``
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
+
+from venus_edge.lazy import LazyExports as _LazyExports
 
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
 # Keys are module paths under venus_edge; the engines' names come from their modules in venus_edge.engines.
@@ -52,7 +53,7 @@ _MODULE_EXPORTS = {
     "turn": ("Turn",),
     "tools": ("Tool", "ToolError", "ToolResult"),
 }
-_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
+_EXPORTS = _LazyExports(__name__, _MODULE_EXPORTS)
 
 if _TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig
@@ -129,14 +130,11 @@ if _TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> _Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'venus_edge' has no attribute {name!r}")
-    return getattr(_importlib.import_module(f"venus_edge.{module}"), name)
+    return _EXPORTS.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+    return _EXPORTS.listing(globals())
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = _EXPORTS.names

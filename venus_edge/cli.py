@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="research N times at once (one batch) and aggregate the answers (default 1)")
     research.add_argument("--aggregate", choices=("majority", "confidence", "judge"), default="majority",
                           help="how --samples answers become one (default majority; judge uses the model itself)")
-    research.add_argument("--out", type=Path, default=None, metavar="FILE", help="append the trajectory to this JSONL file")
+    research.add_argument("--out", type=Path, default=None, metavar="FILE",
+                          help="append the trajectory to this JSONL file")
     research.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     research.add_argument("--resume", type=Path, default=None, metavar="FILE",
                           help="continue a killed session from its journal FILE, with the same tools or --replay of "
@@ -173,7 +174,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted; the trajectory written so far is kept", file=sys.stderr)
         return 130
     parser.error(f"unknown command {args.command!r}")
-    return EXIT_USAGE
 
 
 def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -187,6 +187,7 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("give the question to research (or --resume FILE)")
     elif args.session is not None:
         parser.error("--session ID goes with --resume FILE")
+    question: str | None = args.question  # given unless --resume, checked above
     settings = SessionSettings.from_args(args)
     if args.samples > 1:
         return _research_samples(args, settings)
@@ -196,7 +197,8 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.resume is not None:
             stream = agent.resume_events(args.resume, args.session)
         else:
-            stream = agent.events(args.question)
+            assert question is not None
+            stream = agent.events(question)
         for event in stream:
             progress.show(event)
         assert isinstance(event, SessionFinished), "a session's last event is SessionFinished"
@@ -219,7 +221,7 @@ def _research_samples(args: argparse.Namespace, settings: SessionSettings) -> in
         results = [finished[i] for i in range(args.samples)]
         chosen = aggregate_answers(
             [r.answer for r in results], method=args.aggregate, question=args.question,
-            mean_logprobs=[r.totals.final_turn_mean_logprob for r in results], completer=session.engine,
+            mean_logprobs=[r.totals.final_turn_mean_logprob for r in results], completer=session.completer,
         )
     if not args.quiet:
         for i, result in enumerate(results):
@@ -259,7 +261,8 @@ class _Progress:
 
     def _line(self, event: Event) -> str | None:
         if isinstance(event, SessionStarted):
-            return f"model {event.model.get('name')} ({event.model.get('file_type')}), n_ctx {event.model.get('n_ctx'):,}"
+            model = event.model
+            return f"model {model.get('name')} ({model.get('file_type')}), n_ctx {model.get('n_ctx'):,}"
         if isinstance(event, TurnStarted):
             fill = 100 * event.prompt_tokens / max(event.n_ctx, 1)
             again = f" (attempt {event.attempt + 1})" if event.attempt else ""
@@ -268,7 +271,8 @@ class _Progress:
             return f"turn {event.turn + 1}{again}: context {event.prompt_tokens:,}/{event.n_ctx:,} tokens ({fill:.0f}%)"
         if isinstance(event, TurnCompleted):
             stats = event.record.stats
-            return (f"  {event.record.kind}: {stats['tokens_decoded']} tokens at {stats['decode_tokens_per_s']:.1f} tok/s, "
+            return (f"  {event.record.kind}: {stats['tokens_decoded']} tokens at "
+                    f"{stats['decode_tokens_per_s']:.1f} tok/s, "
                     f"prefill {stats['prompt_tokens_evaluated']} new / {stats['prompt_tokens_reused']} reused")
         if isinstance(event, TurnRetried):
             return f"  retry ({event.reason}): {event.detail[:120]}"
@@ -282,11 +286,13 @@ class _Progress:
         if isinstance(event, ToolReturned):
             kinds = ", ".join(sorted({failure["kind"] for failure in event.failures}))
             failed = f", {len(event.failures)} failed ({kinds})" if event.failures else ""
-            return f"  -> {event.observation_chars:,} chars in {event.elapsed_s:.1f} s, {len(event.visited_urls)} read{failed}"
+            return (f"  -> {event.observation_chars:,} chars in {event.elapsed_s:.1f} s, "
+                    f"{len(event.visited_urls)} read{failed}")
         if isinstance(event, LimitReached):
             # The turn and context limits ask for one more turn (the final answer); the time limit ends the session.
             then = ("the session ends without an answer" if event.limit == "time" else
-                    "the context policy acts" if event.limit == "context" else "the model is asked for its final answer")
+                    "the context policy acts" if event.limit == "context" else
+                    "the model is asked for its final answer")
             return f"  ! {event.limit} limit reached: {event.detail}; {then}"
         if isinstance(event, ContextCompacted):
             return (f"  context {event.policy}: {event.detail}; {event.tokens_before:,} -> {event.tokens_after:,} "

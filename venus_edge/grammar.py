@@ -27,11 +27,15 @@ class GrammarLimits:
     answer_chars: int = 256
 
 
+#: What a strict turn may do: call a tool, answer, or either.
+TurnActions = Literal["call", "answer", "either"]
+
+
 def turn_grammar(
     tool_schemas: Iterable[Mapping[str, Any]],
     limits: GrammarLimits = GrammarLimits(),
     *,
-    actions: Literal["call", "answer", "either"] = "either",
+    actions: TurnActions = "either",
 ) -> str:
     """A GBNF grammar (llama.cpp ``grammars/README.md``) for one well-formed turn, generated after ``<think>\\n``.
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     import argparse
 
     from venus_edge.agent import Agent, AgentConfig
-    from venus_edge.engines.base import Engine
+    from venus_edge.engines.base import Engine, TextCompleter
+    from venus_edge.memory.plan import KVType
     from venus_edge.result import Result
 
 __all__: list[str] = []
@@ -97,7 +98,7 @@ class SessionSettings:
     time_limit_s: float = 9_000.0
     n_ctx: int | None = None
     threads: int | None = None
-    kv_type: str | None = None
+    kv_type: KVType | None = None
     ram_bytes: int | None = None
     prompt_cache: bool = True
     temperature: float = 1.0
@@ -148,11 +149,14 @@ class Session:
             ``BatchedLlamaCppEngine`` (``samples > 1`` in-process), else the one engine.
         tools: the tools of every agent of the session.
         config: the agent config the settings describe.
+        completer: the engine's chat completion (visit's evidence, a judge, answer aggregation); None where the
+            engine has none (a training engine).
     """
 
     engines: list[Engine]
     tools: list[Any]
     config: AgentConfig
+    completer: TextCompleter | None = None
 
     @property
     def engine(self) -> Engine:
@@ -238,7 +242,7 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
         engines = [loaded.sequence(i) for i in range(samples)] if samples > 1 and settings.engine == "llama" \
             else [loaded]
         completer.engine = engines[0]
-        yield Session(engines, tools, settings.agent_config(logprobs=logprobs))
+        yield Session(engines, tools, settings.agent_config(logprobs=logprobs), completer)
     finally:
         close_tools(tools)
         if loaded is not None:

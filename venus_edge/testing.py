@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
-from venus_edge.engines.base import Completion, GenerationStats, room_left
+from venus_edge.engines.base import Completion, FinishReason, GenerationStats, room_left
 from venus_edge.errors import GenerationCancelled
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -238,7 +238,7 @@ class ScriptedEngine:
             raise turn
         cut = _first_stop(turn, stop, stop_text_if)
         text = turn if cut is None else turn[: cut[0]]
-        finish = "eog" if cut is None else "stop"
+        finish: FinishReason = "eog" if cut is None else "stop"
         limit = min(getattr(sampling, "max_tokens", len(text)), room)
         if len(text) > limit:  # as a real engine: max_tokens and the room left in n_ctx bound the turn
             text, finish, cut = text[:max(limit, 0)], "length", None

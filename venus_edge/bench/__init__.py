@@ -6,20 +6,24 @@ Names load on first use (``venus-edge --help`` stays light).
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
-__all__ = ["BenchConfig", "BenchReport", "ConfigResult", "bandwidth_limit", "kv_per_token", "llama_bench_path",
-           "load_session", "measure_config", "memory_bandwidth", "pick_reference", "replay_session", "run_bench",
-           "shipped_session_path"]
+from venus_edge.lazy import LazyExports
 
-_HOMES = {"BenchConfig": "measure", "ConfigResult": "measure", "bandwidth_limit": "measure",
-          "measure_config": "measure", "memory_bandwidth": "measure", "replay_session": "measure",
-          "shipped_session_path": "measure", "kv_per_token": "measure", "llama_bench_path": "measure",
-          "load_session": "measure", "BenchReport": "report", "pick_reference": "run", "run_bench": "run"}
+_EXPORTS = LazyExports(__name__, {
+    "measure": ("BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token", "llama_bench_path", "load_session",
+                "measure_config", "memory_bandwidth", "replay_session", "shipped_session_path"),
+    "report": ("BenchReport",),
+    "run": ("pick_reference", "run_bench"),
+})
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(import_module(f"venus_edge.bench.{_HOMES[name]}"), name)
-    raise AttributeError(f"module 'venus_edge.bench' has no attribute {name!r}")
+    return _EXPORTS.load(name)
+
+
+def __dir__() -> list[str]:
+    return _EXPORTS.listing(globals())
+
+
+__all__ = _EXPORTS.names

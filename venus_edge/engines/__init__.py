@@ -11,8 +11,9 @@ Every name a module of this package lists in its ``__all__`` is exported here (a
 first use: ``import venus_edge.engines.base`` must not load llama.cpp.
 """
 
-import importlib as _importlib
 from typing import Any as _Any
+
+from venus_edge.lazy import LazyExports as _LazyExports
 
 _MODULE_EXPORTS = {
     "base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
@@ -24,18 +25,15 @@ _MODULE_EXPORTS = {
     "prompt_cache": ("PromptCache", "PromptCacheCounts", "default_prompt_cache_dir", "stable_prefix_length"),
     "vocab": ("Vocabulary",),
 }
-_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
+_EXPORTS = _LazyExports(__name__, _MODULE_EXPORTS)
 
 
 def __getattr__(name: str) -> _Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'venus_edge.engines' has no attribute {name!r}")
-    return getattr(_importlib.import_module(f"venus_edge.engines.{module}"), name)
+    return _EXPORTS.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+    return _EXPORTS.listing(globals())
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = _EXPORTS.names

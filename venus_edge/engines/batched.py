@@ -143,7 +143,7 @@ class BatchedLlamaCppEngine:
         self.n_ctx_total = n_ctx
         self.vocabulary = Vocabulary(self._model, self._model.metadata())
         self._kv_tokens: list[list[int]] = [[] for _ in range(n_seq + 1)]  # what the cache holds, per sequence
-        self._incoming: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._incoming: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()  # None: closed
         self._helper_lock = threading.Lock()
         self._closed = False
         self._scheduler = threading.Thread(target=self._run, name="batched-llama", daemon=True)
@@ -182,7 +182,7 @@ class BatchedLlamaCppEngine:
         if self._closed:
             return
         self._closed = True
-        self._incoming.put(None)  # type: ignore[arg-type]  # wakes the scheduler
+        self._incoming.put(None)  # wakes the scheduler
         self._scheduler.join()
         llama_cpp.llama_batch_free(self._batch)
         self._ctx.close()
@@ -322,7 +322,8 @@ class BatchedLlamaCppEngine:
             batch.logits[i] = logits_on_last and offset == len(tokens) - 1
             batch.n_tokens += 1
             kv.append(token)
-        return batch.n_tokens - 1
+        last: int = batch.n_tokens - 1
+        return last
 
     def _sample(self, active: list[_Request], request: _Request, index: int) -> None:
         token = llama_cpp.llama_sampler_sample(request.sampler, self._ctx.ctx, index)

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals
+from llama_cpp.llama_grammar import LlamaGrammar
 
 from venus_edge.engines.base import (
     Completion,
@@ -355,7 +356,7 @@ def _run_generation(
     room = room_left(len(prompt_ids), _n_ctx(llm))
     reused = _reused_prefix(llm, prompt_ids)
     max_tokens = min(sampling.max_tokens, room)
-    compiled = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
+    compiled = LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     stop_ids = {token: text for text in stop if (token := vocabulary.single_token_id(text)) is not None}
     stream = StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)

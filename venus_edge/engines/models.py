@@ -44,7 +44,7 @@ def resolve_model(spec: str | os.PathLike[str] = DEFAULT_MODEL, *, quant: str = 
     repo_id, _, filename = text.partition(":")
     if repo_id.count("/") != 1:
         raise ModelNotFoundError(text, "not a file path and not a hub repo of the form owner/name[:file.gguf]")
-    return _from_hub(repo_id, filename or None, quant, cache_dir)
+    return _from_hub(repo_id, filename or None, quant, None if cache_dir is None else Path(cache_dir))
 
 
 def hub_offline() -> bool:
@@ -55,7 +55,7 @@ def hub_offline() -> bool:
     return constants.HF_HUB_OFFLINE or value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: Path | None) -> Path:
     from huggingface_hub import hf_hub_download
 
     filename = filename or _pick_gguf(repo_id, quant, cache_dir)
@@ -65,7 +65,7 @@ def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: str | o
         raise ModelNotFoundError(f"{repo_id}:{filename}", f"cannot fetch it ({type(exc).__name__}: {exc})") from exc
 
 
-def _pick_gguf(repo_id: str, quant: str, cache_dir: str | os.PathLike[str] | None) -> str:
+def _pick_gguf(repo_id: str, quant: str, cache_dir: Path | None) -> str:
     """The repo's GGUF of type ``quant``: from the hub's file list, or from the cache when offline."""
     from huggingface_hub import HfApi, snapshot_download
 
@@ -85,6 +85,7 @@ def _pick_gguf(repo_id: str, quant: str, cache_dir: str | os.PathLike[str] | Non
     matching = [n for n in ggufs if quant.lower() in Path(n).name.lower()]
     if not matching:
         raise ModelNotFoundError(
-            repo_id, f"no {quant} GGUF among the repo's files ({', '.join(ggufs) or 'none'}); name one as {repo_id}:FILE"
+            repo_id,
+            f"no {quant} GGUF among the repo's files ({', '.join(ggufs) or 'none'}); name one as {repo_id}:FILE",
         )
     return matching[0]

@@ -35,7 +35,7 @@ import json
 import math
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -329,7 +329,7 @@ class OpenAIEngine:
                 raise
         models = self._request("GET", "/v1/models", None).get("data", [])
         name = model or (str(models[0].get("id")) if models else "default")
-        listed = next((m for m in models if m.get("id") == name), {})
+        listed: dict[str, Any] = next((m for m in models if m.get("id") == name), {})
         return name, n_ctx or int(listed.get("max_model_len") or listed.get("meta", {}).get("n_ctx_train") or 0)
 
     def _request(self, method: str, path: str, body: Any) -> Any:
@@ -360,7 +360,7 @@ class OpenAIEngine:
         finally:
             response.close()
 
-    def _with_retries(self, send: Any) -> httpx.Response:
+    def _with_retries(self, send: Callable[[], httpx.Response]) -> httpx.Response:
         """``send()`` until it answers with a status that is not retried, backing off exponentially."""
         wait = self.backoff_s
         problem = ""

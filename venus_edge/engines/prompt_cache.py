@@ -46,6 +46,7 @@ Departures from the obvious:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -304,10 +305,8 @@ class PromptCache:
         llm.input_ids[:n] = entry.tokens
         llm.n_tokens = n
         llm._requires_eval = True  # no logits for the last restored token: Llama.generate evaluates at least one
-        try:
+        with contextlib.suppress(OSError):
             os.utime(entry.path)  # most recently used, for eviction
-        except OSError:
-            pass
         self.counts.restores += 1
         self.counts.restored_tokens += n
         logger.info("prompt cache: restored %d tokens from %s", n, entry.path)

@@ -59,7 +59,8 @@ class Vocabulary:
         """
         text = tokenizer_normalize(text, self.metadata)
         # "replace": a lone surrogate (no UTF-8 form) must not crash a session; the parser and the tools remove them
-        return self._model.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=parse_special)
+        ids: list[int] = self._model.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=parse_special)
+        return ids
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes of one token, whatever its length (special tokens rendered as their text)."""

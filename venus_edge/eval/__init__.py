@@ -9,8 +9,9 @@ Every name a module of this package lists in its ``__all__`` is exported here, l
 imports the agent and llama.cpp; ``venus-edge --help`` must not).
 """
 
-import importlib as _importlib
 from typing import Any as _Any
+
+from venus_edge.lazy import LazyExports as _LazyExports
 
 _MODULE_EXPORTS = {
     "aggregate": ("AGGREGATORS", "aggregate_answers", "select_answer"),
@@ -21,18 +22,15 @@ _MODULE_EXPORTS = {
     "report": ("summarize", "write_report"),
     "runner": ("run_eval",),
 }
-_EXPORTS = {name: module for module, names in _MODULE_EXPORTS.items() for name in names}
+_EXPORTS = _LazyExports(__name__, _MODULE_EXPORTS)
 
 
 def __getattr__(name: str) -> _Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'venus_edge.eval' has no attribute {name!r}")
-    return getattr(_importlib.import_module(f"venus_edge.eval.{module}"), name)
+    return _EXPORTS.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+    return _EXPORTS.listing(globals())
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = _EXPORTS.names

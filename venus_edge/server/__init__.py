@@ -8,23 +8,25 @@ parser does not import FastAPI.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
-__all__ = ["QuestionTooLongError", "QueueFullError", "ResearchOutput", "ResearchService", "SessionHandle",
-           "SessionRequest", "answer_with_sources", "create_app", "create_mcp_server", "default_journal_path",
-           "is_loopback", "run_mcp"]
+from venus_edge.lazy import LazyExports
 
-_HOMES = {"create_app": "venus_edge.server.app", "QueueFullError": "venus_edge.server.service",
-          "QuestionTooLongError": "venus_edge.server.service",
-          "answer_with_sources": "venus_edge.server.service",
-          "ResearchService": "venus_edge.server.service", "SessionHandle": "venus_edge.server.service",
-          "SessionRequest": "venus_edge.server.service", "ResearchOutput": "venus_edge.server.mcp",
-          "create_mcp_server": "venus_edge.server.mcp", "run_mcp": "venus_edge.server.mcp",
-          "default_journal_path": "venus_edge.server.defaults", "is_loopback": "venus_edge.server.defaults"}
+_EXPORTS = LazyExports(__name__, {
+    "app": ("create_app",),
+    "defaults": ("default_journal_path", "is_loopback"),
+    "mcp": ("ResearchOutput", "create_mcp_server", "run_mcp"),
+    "service": ("QuestionTooLongError", "QueueFullError", "ResearchService", "SessionHandle", "SessionRequest",
+                "answer_with_sources"),
+})
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'venus_edge.server' has no attribute {name!r}")
+    return _EXPORTS.load(name)
+
+
+def __dir__() -> list[str]:
+    return _EXPORTS.listing(globals())
+
+
+__all__ = _EXPORTS.names

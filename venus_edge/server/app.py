@@ -186,9 +186,12 @@ def create_app(
         trajectory = await asyncio.to_thread(service.journal, session_id)
         if trajectory is None and handle is None:
             raise _ApiError(404, f"no session {session_id}", "not_found_error")
-        view = _view(trajectory, handle) if trajectory is not None else {
-            "session_id": session_id, "question": handle.question, "started_at": _iso(handle.submitted_at),
-            "turns": []}
+        if trajectory is not None:
+            view = _view(trajectory, handle)
+        else:
+            assert handle is not None  # one of the two, checked above
+            view = {"session_id": session_id, "question": handle.question, "started_at": _iso(handle.submitted_at),
+                    "turns": []}
         if handle is not None:
             view["state"] = handle.state
             if handle.result is not None:
@@ -432,7 +435,8 @@ class _ServiceCollector:
             if key.startswith("finished:"):
                 finished.add_metric([key.split(":", 1)[1]], count)
         yield finished
-        yield CounterMetricFamily("venus_edge_sessions_submitted", "sessions accepted", value=counters.get("submitted", 0))
+        yield CounterMetricFamily("venus_edge_sessions_submitted", "sessions accepted",
+                                  value=counters.get("submitted", 0))
         yield CounterMetricFamily("venus_edge_turns", "model turns completed", value=counters.get("turns", 0))
         for name, help_text in (("tokens_decoded", "tokens sampled"),
                                 ("prompt_tokens_evaluated", "prompt tokens prefilled"),

@@ -52,7 +52,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_session_arguments(mcp, engine_key_flag="--engine-api-key")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                      help="stdio: the client starts this process (default); http: streamable HTTP at /mcp")
-    mcp.add_argument("--host", default="127.0.0.1", help="with --transport http: a loopback address (default 127.0.0.1)")
+    mcp.add_argument("--host", default="127.0.0.1",
+                     help="with --transport http: a loopback address (default 127.0.0.1)")
     mcp.add_argument("--port", type=int, default=8766, help="with --transport http: the port (default 8766)")
     mcp.add_argument("--journal", type=Path, default=None, metavar="FILE",
                      help=f"the sessions' journal (default {default_journal_path()})")

@@ -112,7 +112,7 @@ class SessionHandle:
     cancel: threading.Event = field(default_factory=threading.Event)
     submitted_at: float = field(default_factory=time.time)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _listeners: list[Callable[[dict[str, Any] | None], None]] = field(default_factory=list, repr=False)
+    _listeners: list[Callable[[dict[str, Any] | None], object]] = field(default_factory=list, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
     _result: Result | None = field(default=None, repr=False)
 
@@ -129,7 +129,7 @@ class SessionHandle:
         """Block until the session ends (or ``timeout`` seconds pass); True when it ended."""
         return self._done.wait(timeout)
 
-    def follow(self, listener: Callable[[dict[str, Any] | None], None], *, start: int = 0) -> Callable[[], None]:
+    def follow(self, listener: Callable[[dict[str, Any] | None], object], *, start: int = 0) -> Callable[[], None]:
         """Call ``listener`` with each event from index ``start`` (past ones at once, on this thread), then with
         each new one as it happens (on the worker thread), then with None when the session has ended: the n-th
         call is always event ``start + n``, also when ``start`` is beyond the events so far. Returns a function
@@ -182,8 +182,8 @@ class SessionHandle:
                 logger.debug("a listener of session %s failed", self.session_id, exc_info=True)
 
 
-def _from_index(listener: Callable[[dict[str, Any] | None], None], start: int,
-                next_index: int) -> Callable[[dict[str, Any] | None], None]:
+def _from_index(listener: Callable[[dict[str, Any] | None], object], start: int,
+                next_index: int) -> Callable[[dict[str, Any] | None], object]:
     """``listener`` called only from the event of index ``start`` on (the end, None, always passes)."""
     position = [next_index]
 
@@ -275,8 +275,8 @@ class ResearchService:
         if not question:
             raise ValueError("the question is empty")
         if len(request.question) > self.max_question_chars:
-            raise QuestionTooLongError(f"the question has {len(request.question):,} characters; this server takes at most "
-                             f"{self.max_question_chars:,}")
+            raise QuestionTooLongError(f"the question has {len(request.question):,} characters; this server takes "
+                                       f"at most {self.max_question_chars:,}")
         for name in ("max_turns", "time_limit_s", "max_tokens"):
             value = getattr(request, name)
             if value is not None and not (isinstance(value, (int, float)) and value >= 1):
