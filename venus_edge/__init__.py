@@ -12,7 +12,7 @@ This module is the top of the import graph: it only exports lazily, and no modul
 
 The layers, lowest first (ARCHITECTURE.md; an import may only point down or sideways):
 
-0. ``tools``, ``protocol``, ``errors`` and the leaf formats ``grammar`` and ``jsonl``
+0. ``tools``, ``protocol``, ``errors``, ``text`` (valid Unicode) and the leaf formats ``grammar`` and ``jsonl``
 1. ``memory``: the GGUF header reader, the memory planner, what the machine offers
 2. ``engines`` (and ``testing``, whose scripted engine needs only ``engines.base``)
 3. the agent: ``agent``, ``policies``, ``events``, ``turn``, ``trajectory``, ``toolbox``; and ``quantize``

@@ -41,6 +41,7 @@ from venus_edge.events import (
 )
 from venus_edge.flags import add_memory_arguments, add_session_arguments, check_session_arguments
 from venus_edge.session import SessionSettings, open_session
+from venus_edge.text import shown_path, valid_text
 
 if TYPE_CHECKING:
     from venus_edge.result import Result
@@ -140,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if isinstance(getattr(args, "question", None), str):  # argv bytes that are not UTF-8 arrive as lone surrogates
+        args.question = valid_text(args.question, source="the question argument")
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # a broken PDF is reported once, as a typed failure
     try:
         if args.command == "research":
@@ -240,7 +243,7 @@ def _research_samples(args: argparse.Namespace, settings: SessionSettings) -> in
 def _result_payload(result: Result) -> dict[str, Any]:
     payload = {k: v for k, v in vars(result).items() if k != "messages"}
     payload["totals"] = result.totals.to_dict()
-    payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
+    payload["trajectory_path"] = shown_path(result.trajectory_path) if result.trajectory_path else None
     return payload
 
 
@@ -310,7 +313,7 @@ def _print_result(result: Result, out: TextIO) -> None:
     if result.unvisited_citations:
         print("Cited but never visited: " + ", ".join(result.unvisited_citations), file=out)
     if result.trajectory_path:
-        print(f"\nTrajectory: {result.trajectory_path}", file=out)
+        print(f"\nTrajectory: {shown_path(result.trajectory_path)}", file=out)
 
 
 if __name__ == "__main__":
