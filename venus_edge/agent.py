@@ -884,7 +884,7 @@ class _Session:
             self.journal.end(termination=termination, answer=answer, sources=sources, unvisited_citations=cited,
                              messages=self.messages, elapsed_s=elapsed, totals=totals.to_dict(), turns=self.turns)
         return Result(answer, termination, sources, cited, self.turns, list(self.messages), elapsed, totals,
-                      self.journal_path, self.session_id)
+                      self.journal_path, self.session_id, journal_error=self.journal.error if self.journal else None)
 
 
 _URL_RE = re.compile(r"\b(?:https?|corpus)://[^\s<>()\[\]\"']+")

@@ -9,6 +9,8 @@ reported with its line number, and the writer puts its next record on a line of 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import threading
@@ -46,20 +48,36 @@ _APPEND_LOCK = threading.Lock()
 
 
 def append_record(path: Path, record: Any) -> None:
-    """Append ``record`` as one JSON line, flushed and fsync'ed; after a torn line it starts a new one.
+    """Append ``record`` as one JSON line, written and fsync'ed; after a torn line it starts a new one.
 
     A lone surrogate (half an emoji from a ``"\\ud83d"`` escape, a byte of a command-line argument that is not
     UTF-8) is written as U+FFFD (``venus_edge.text.valid_text``, which logs a warning naming ``path``).
+
+    Raises:
+        OSError: the file cannot be opened or the line cannot be written whole (a full disk, a read-only or
+            missing folder). The file is cut back to its size before the call, so that no torn record is left
+            behind and every record saved before stays as it was.
     """
     line = _line(record, path)
-    with _APPEND_LOCK, path.open("a+b") as handle:  # sessions on several threads share a journal (the server)
-        if handle.seek(0, os.SEEK_END) > 0:
+    # Unbuffered: a failed write raises here, not again from a buffer flushed at close after the cut below.
+    with _APPEND_LOCK, path.open("a+b", buffering=0) as handle:  # the server's sessions share a journal
+        end = handle.seek(0, os.SEEK_END)
+        if end > 0:
             handle.seek(-1, os.SEEK_END)
             if handle.read(1) != b"\n":  # a record torn by a crash: start on a line of our own
                 line = b"\n" + line
-        handle.write(line + b"\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+        try:
+            rest = memoryview(line + b"\n")
+            while rest:
+                written = handle.write(rest)
+                if not written:
+                    raise OSError(errno.EIO, "the file took no more bytes")
+                rest = rest[written:]
+            os.fsync(handle.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):  # not every file can be cut (a device): nothing more to do there
+                os.ftruncate(handle.fileno(), end)
+            raise
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, Any, str]]:

@@ -407,6 +407,8 @@ class ResearchService:
                 self._observe(event)
                 if isinstance(event, SessionFinished):
                     termination = event.result.termination
+                    if event.result.journal_error:  # the client still gets its answer; the operator is told
+                        logger.warning("%s", event.result.journal_error)
                 handle._publish(event)
         except Exception as exc:  # the session fails, the server goes on: the client gets the reason
             termination = "token_limit_no_answer" if isinstance(exc, ContextOverflowError) else "error"
