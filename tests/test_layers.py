@@ -21,12 +21,13 @@ FOLDERS = {"venus_edge": "venus_edge", "venus_edge.tools": "tools", "venus_edge.
 PACKAGE_ROOT = "venus_edge"
 
 # Lowest first; a module may import its own layer and the layers below. A module belongs to the longest prefix
-# listed. Layer 0 also holds the leaf formats ``grammar`` (the GBNF of a turn, part of the text format) and
+# listed. Layer 0 also holds the leaf formats ``grammar`` (the GBNF of a turn, part of the text format),
+# ``text`` (the one place text from outside is made valid Unicode) and
 # ``jsonl`` (records on disk, used by the journal, eval and train); the typed records of a session (``turn``,
 # ``events``, ``trajectory``) sit with the agent that makes them; ``testing`` holds a scripted engine.
 LAYERS: list[tuple[str, ...]] = [
     ("venus_edge.tools", "venus_edge.protocol", "venus_edge.errors", "venus_edge.grammar", "venus_edge.jsonl",
-     "venus_edge.lazy"),
+     "venus_edge.lazy", "venus_edge.text"),
     ("venus_edge.memory",),
     ("venus_edge.engines", "venus_edge.testing"),
     ("venus_edge.agent", "venus_edge.policies", "venus_edge.events", "venus_edge.result", "venus_edge.turn",

@@ -254,3 +254,22 @@ def test_research_keeps_the_cache_under_the_cache_folder_unless_told_not_to(smol
         assert engine.prompt_cache is not None and engine.prompt_cache.directory == default_prompt_cache_dir()
     with _load_engine(settings([*base, "--no-prompt-cache"]), 1) as engine:
         assert engine.prompt_cache is None
+
+
+@pytest.mark.parametrize("make", ["a file", "under a file"])
+def test_a_cache_folder_that_cannot_be_written_costs_one_warning_and_the_session_goes_on(
+        make, smollm2_gguf, tokenize, tmp_path, threads, caplog):
+    """A prompt-cache "folder" that is a file (or lies under one): it used to end the run with FileExistsError, then
+    NotADirectoryError from the cleanup. Now the turns are generated without the cache, with one warning."""
+    blocker = tmp_path / "prompt-cache"
+    blocker.write_text("a file where the folder should be")
+    cache = blocker if make == "a file" else blocker / "inner"
+    prompts = [_prompt(tokenize, tools=tools) for tools in ([SEARCH], [VISIT])]
+    with caplog.at_level(logging.WARNING, logger="venus_edge.engines.prompt_cache"), \
+            LlamaCppEngine(smollm2_gguf, n_ctx=N_CTX, n_threads=threads, prompt_cache_dir=cache) as engine:
+        completions = [engine.generate(ids, sampling=SAMPLING) for ids in prompts]
+        assert engine.prompt_cache.unwritable is not None and engine.prompt_cache.counts.saves == 0
+    assert all(completion.token_ids for completion in completions)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and f"cannot write to {cache}" in warnings[0], warnings
+    assert blocker.read_text() == "a file where the folder should be"

@@ -501,3 +501,37 @@ def test_loopback_servers_answer_their_own_address_and_cors_covers_errors(journa
         refused = httpx.get(f"{server.url}/v1/models", headers={"Origin": "http://app.local"})
     service.close()
     assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "http://app.local"
+
+
+@pytest.mark.parametrize("route, body, last", [
+    ("/v1/research", b'{"question": "why \\ud800 here?"}', "event: session_finished"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "why \\ud800 here?"}], "stream": true}',
+     "data: [DONE]"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "why \\ud800 '
+                             b'here?"}]}]}', '"content":"42"'),
+])
+def test_a_question_that_is_not_valid_unicode_is_stored_valid_and_every_reader_still_answers(
+        journal: Path, route: str, body: bytes, last: str) -> None:
+    """A lone surrogate is valid JSON (``"\\ud800"``): it used to kill the SSE stream with ``UnicodeEncodeError`` and
+    poison the journal, so that ``/v1/sessions`` answered 500 for every client, also after a restart. The question is
+    now stored, streamed and listed with U+FFFD in its place."""
+    service, server = serve(ScriptedEngine([answer_turn("42")]), journal)
+    with server:
+        with httpx.stream("POST", server.url + route, content=body, headers={"Content-Type": "application/json"},
+                          timeout=30) as response:
+            assert response.status_code == 200
+            response.read()  # to the end: the stream is whole
+        text = response.text
+        listed = httpx.get(f"{server.url}/v1/sessions")
+        assert listed.status_code == 200, listed.text
+        [summary] = listed.json()["sessions"]
+        view = httpx.get(f"{server.url}/v1/sessions/{summary['session_id']}")
+    service.close()
+    assert last in text, text  # the stream ran to its end
+    assert summary["question"] == "why \ufffd here?" and summary["termination"] == "answered"
+    assert view.status_code == 200 and view.json()["question"] == "why \ufffd here?"
+    journal.read_bytes().decode("utf-8")  # every byte UTF-8
+    restarted, again = serve(ScriptedEngine([]), journal)  # a new server on the same journal
+    with again:
+        assert httpx.get(f"{again.url}/v1/sessions").json()["sessions"][0]["question"] == "why \ufffd here?"
+    restarted.close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -24,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import json5
 
+from venus_edge.text import valid_text
 from venus_edge.tools.errors import ToolArgumentError
 
 __all__ = [
@@ -208,24 +208,6 @@ def _is_type(value: Any, json_type: str | Sequence[str]) -> bool:
     return isinstance(value, _JSON_TYPES.get(json_type, (object,)))
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def without_lone_surrogates(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings (lists and dicts walked) replaced by U+FFFD.
-
-    A model's JSON may hold ``"\\ud83d"`` (half an emoji); Python reads it as a lone surrogate, which no UTF-8
-    writer or tokenizer accepts.
-    """
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [without_lone_surrogates(item) for item in value]
-    if isinstance(value, dict):
-        return {without_lone_surrogates(key): without_lone_surrogates(item) for key, item in value.items()}
-    return value
-
-
 def as_list(value: Any) -> list[Any]:
     """Normalize a bare value or a list into a list (``"a"`` -> ``["a"]``)."""
     return list(value) if isinstance(value, (list, tuple)) else [value]
@@ -276,7 +258,7 @@ def coerce_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) ->
     coerced: dict[str, Any] = {}
     dropped: list[str] = []
     changes: list[str] = []
-    for key, value in without_lone_surrogates(dict(arguments)).items():
+    for key, value in valid_text(dict(arguments)).items():
         target = key if key in properties else _alias_of(key, properties, arguments)
         if target is None or target in coerced:  # outside the schema, or a second alias of one property
             dropped.append(key)

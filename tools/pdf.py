@@ -16,6 +16,7 @@ import io
 import subprocess
 import sys
 
+from venus_edge.text import valid_text
 from venus_edge.tools.errors import PdfError
 
 __all__: list[str] = []
@@ -31,7 +32,8 @@ def looks_like_pdf(head: bytes) -> bool:
 
 
 def pdf_text(data: bytes, *, max_pages: int = DEFAULT_MAX_PAGES) -> str:
-    """The text of the first ``max_pages`` pages of a PDF, pages separated by a blank line.
+    """The text of the first ``max_pages`` pages of a PDF, pages separated by a blank line; a lone surrogate that
+    pypdf decoded from a broken font map is U+FFFD (``venus_edge.text.valid_text``).
 
     Raises:
         PdfError: the PDF cannot be parsed, or it is encrypted with a non-empty password.
@@ -47,7 +49,7 @@ def pdf_text(data: bytes, *, max_pages: int = DEFAULT_MAX_PAGES) -> str:
         raise
     except Exception as exc:  # pypdf raises its own errors and, on malformed input, KeyError/ValueError/...
         raise PdfError(f"the PDF could not be read: {type(exc).__name__}: {exc}") from None
-    return "\n\n".join(text.strip() for text in pages if text.strip())
+    return valid_text("\n\n".join(text.strip() for text in pages if text.strip()))
 
 
 def pdf_text_isolated(data: bytes, *, timeout_s: float, max_pages: int = DEFAULT_MAX_PAGES) -> str:

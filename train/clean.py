@@ -52,13 +52,13 @@ from venus_edge.protocol import (
     parse_turn,
     render_system_prompt,
 )
+from venus_edge.text import valid_text
 from venus_edge.tools.base import (
     PreparedCall,
     as_list,
     call_key,
     coerce_arguments,
     validate_arguments,
-    without_lone_surrogates,
 )
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.errors import ToolArgumentError
@@ -117,8 +117,8 @@ class CleanContext:
 
 
 def fix_text(sample: Sample, context: CleanContext) -> Sample:
-    """Replace lone surrogates in every message with U+FFFD (``tools.base.without_lone_surrogates``)."""
-    return sample.replace_messages(without_lone_surrogates([dict(m) for m in sample.messages]))
+    """Replace lone surrogates in every message with U+FFFD (``venus_edge.text.valid_text``)."""
+    return sample.replace_messages(valid_text([dict(m) for m in sample.messages]))
 
 
 def set_system_prompt(sample: Sample, context: CleanContext) -> Sample:

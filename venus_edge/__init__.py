@@ -12,7 +12,8 @@ This module is the top of the import graph: it only exports lazily, and no modul
 
 The layers, lowest first (ARCHITECTURE.md; an import may only point down or sideways):
 
-0. ``tools``, ``protocol``, ``errors``, the leaf formats ``grammar`` and ``jsonl``, and ``lazy`` (these exports)
+0. ``tools``, ``protocol``, ``errors``, ``text`` (valid Unicode), the leaf formats ``grammar`` and ``jsonl``, and
+   ``lazy`` (these exports)
 1. ``memory``: the GGUF header reader, the memory planner, what the machine offers
 2. ``engines`` (and ``testing``, whose scripted engine needs only ``engines.base``)
 3. the agent: ``agent``, ``policies``, ``events``, ``result``, ``turn``, ``trajectory``, ``toolbox``; and ``quantize``

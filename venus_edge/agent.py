@@ -75,6 +75,7 @@ from venus_edge.events import (
 from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar
 from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
 from venus_edge.result import Result, SessionTotals
+from venus_edge.text import valid_text
 from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError
 from venus_edge.trajectory import Trajectory, TrajectoryWriter, read_journal, rebuild_messages
@@ -398,14 +399,14 @@ class _Session:
         self.cancel = cancel
         self.engine = agent.engine
         self.config = AgentConfig.from_dict(resumed.header["config"]) if resumed else agent.config
-        self.question = question
+        self.question = valid_text(question, source="the question")  # stored, tokenized and sent: valid Unicode
         self.resumed = resumed
         self.session_id = resumed.session_id if resumed else session_id or uuid.uuid4().hex
         self.system_prompt = (resumed.system_prompt if resumed else
                               protocol.render_system_prompt(agent.registry.schemas, self.config.today or Date.today()))
         self.messages: list[dict[str, str]] = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": question},
+            {"role": "user", "content": self.question},
         ]
         self.call_keys: set[str] = set()
         self.tool_calls: dict[int, dict[str, Any]] = {}  # assistant message index -> its (coerced) tool call
@@ -898,7 +899,7 @@ class _Session:
             self.journal.end(termination=termination, answer=answer, sources=sources, unvisited_citations=cited,
                              messages=self.messages, elapsed_s=elapsed, totals=totals.to_dict(), turns=self.turns)
         return Result(answer, termination, sources, cited, self.turns, list(self.messages), elapsed, totals,
-                      self.journal_path, self.session_id)
+                      self.journal_path, self.session_id, journal_error=self.journal.error if self.journal else None)
 
 
 _REPLACEMENT_CHAR = "\ufffd"  # what a detokenizer gives for the bytes of a cut character

@@ -11,7 +11,9 @@
     venus-edge mcp [--model M] [--corpus DIR] [--transport stdio|http]
     venus-edge bench MODEL... [--n-ctx N] [--kv f16,q8_0] [--threads N,...] [--reference F16.gguf] [--out DIR]
 
-Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error.
+Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error; 4 the
+session ran to its end and its result is on stdout, but its trajectory (``--out``, ``--resume``) could not be saved
+whole (a full or read-only disk; one line on stderr says what was lost and where).
 """
 
 from __future__ import annotations
@@ -41,11 +43,15 @@ from venus_edge.events import (
 )
 from venus_edge.flags import add_memory_arguments, add_session_arguments, check_session_arguments
 from venus_edge.session import SessionSettings, open_session
+from venus_edge.text import shown_path, valid_text
 
 if TYPE_CHECKING:
     from venus_edge.result import Result
 
 EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+#: The result was printed but the journal asked for is incomplete: not 0, as a script that reads ``--out`` or will
+#: ``--resume`` must not take the file for whole; not 1 or 3, as the research itself did not fail.
+EXIT_NOT_SAVED = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if isinstance(getattr(args, "question", None), str):  # argv bytes that are not UTF-8 arrive as lone surrogates
+        args.question = valid_text(args.question, source="the question argument")
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # a broken PDF is reported once, as a typed failure
     try:
         if args.command == "research":
@@ -207,7 +215,18 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(json.dumps(_result_payload(result), ensure_ascii=False, indent=2))
     else:
         _print_result(result, sys.stdout)
-    return EXIT_ANSWERED if result.answer is not None else EXIT_NO_ANSWER
+    return _exit_code(result.answer is not None, [result])
+
+
+def _exit_code(answered: bool, results: Sequence[Result]) -> int:
+    """The exit code of a research run whose result is printed: ``EXIT_NOT_SAVED`` (with one line on stderr) when a
+    journal record was lost, else answered or not."""
+    lost = [result.journal_error for result in results if result.journal_error]
+    if lost:
+        more = f" (and {len(lost) - 1} more of the {len(results)} samples)" if len(lost) > 1 else ""
+        print(f"warning: {lost[0]}{more}", file=sys.stderr)
+        return EXIT_NOT_SAVED
+    return EXIT_ANSWERED if answered else EXIT_NO_ANSWER
 
 
 def _research_samples(args: argparse.Namespace, settings: SessionSettings) -> int:
@@ -236,13 +255,13 @@ def _research_samples(args: argparse.Namespace, settings: SessionSettings) -> in
     else:
         print(f"({args.aggregate} of {args.samples} samples; sample {chosen + 1})")
         _print_result(results[chosen], sys.stdout)
-    return EXIT_ANSWERED if chosen is not None else EXIT_NO_ANSWER
+    return _exit_code(chosen is not None, results)
 
 
 def _result_payload(result: Result) -> dict[str, Any]:
     payload = {k: v for k, v in vars(result).items() if k != "messages"}
     payload["totals"] = result.totals.to_dict()
-    payload["trajectory_path"] = str(result.trajectory_path) if result.trajectory_path else None
+    payload["trajectory_path"] = shown_path(result.trajectory_path) if result.trajectory_path else None
     return payload
 
 
@@ -316,7 +335,7 @@ def _print_result(result: Result, out: TextIO) -> None:
     if result.unvisited_citations:
         print("Cited but never visited: " + ", ".join(result.unvisited_citations), file=out)
     if result.trajectory_path:
-        print(f"\nTrajectory: {result.trajectory_path}", file=out)
+        print(f"\nTrajectory: {shown_path(result.trajectory_path)}", file=out)
 
 
 if __name__ == "__main__":

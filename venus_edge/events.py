@@ -196,7 +196,8 @@ class SessionFinished(Event):
 
     ``to_dict()`` gives ``termination``, ``answer``, ``sources`` (the URLs its tools read), ``turns``, ``elapsed_s``,
     ``totals`` (``SessionTotals.to_dict()``), ``unvisited_citations`` (URLs the answer cites that no tool read) and
-    ``session_id`` (naming its journal records); not the conversation.
+    ``session_id`` (naming its journal records); not the conversation. ``journal_error`` is there only when the
+    journal could not be saved whole (``Result.journal_error``).
     """
 
     type: ClassVar[str] = "session_finished"
@@ -207,4 +208,5 @@ class SessionFinished(Event):
         return {"type": self.type, "termination": result.termination, "answer": result.answer,
                 "sources": list(result.sources), "turns": result.turns, "elapsed_s": result.elapsed_s,
                 "totals": result.totals.to_dict(), "unvisited_citations": list(result.unvisited_citations),
-                "session_id": result.session_id}
+                "session_id": result.session_id,
+                **({"journal_error": result.journal_error} if result.journal_error else {})}

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
 from venus_edge.memory.plan import KV_TYPES, parse_size
+from venus_edge.text import valid_text
 
-__all__ = ["add_memory_arguments", "add_session_arguments", "check_session_arguments", "size_argument"]
+__all__ = ["add_memory_arguments", "add_session_arguments", "check_key_text", "check_session_arguments",
+           "size_argument"]
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: str = "--api-key") -> None:
@@ -106,7 +108,15 @@ def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentP
         parser.error("--keep-last must be at least 0")
     if args.answer_reserve < 0:
         parser.error("--answer-reserve must be at least 0")
+    check_key_text(args.api_key, "the bearer token for --base-url (--api-key or $VENUS_EDGE_API_KEY)", parser)
     if args.engine == "openai" and not args.base_url:
         parser.error("--engine openai needs --base-url URL (e.g. http://127.0.0.1:8080)")
     if args.base_url and args.engine != "openai":
         parser.error("--base-url is for --engine openai")
+
+
+def check_key_text(key: str | None, what: str, parser: argparse.ArgumentParser) -> None:
+    """Refuse an API key that is not valid Unicode (an environment variable or argument whose bytes are not UTF-8,
+    which Python reads as lone surrogates): a secret is never repaired, as the repaired one would not match."""
+    if key is not None and valid_text(key) != key:
+        parser.error(f"{what} holds bytes that are not UTF-8; give the key as text")

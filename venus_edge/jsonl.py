@@ -1,12 +1,16 @@
 """Append-only JSONL files that survive any text and any crash: the trajectory journal and eval results.
 
 Records are separated by ``\\n`` alone (a text may hold U+2028, U+0085 or ``\\r``, which JSON keeps as they are),
-written with ``ensure_ascii=False`` and fsync'ed one by one. A record torn by a crash is skipped by the reader and
+written with ``ensure_ascii=False`` and fsync'ed one by one. Every line written is valid UTF-8: a string that is not
+valid Unicode (a lone surrogate that got past the boundaries) is repaired by ``venus_edge.text.valid_text``, with a
+warning, so no reader of the file ever meets one. A record torn by a crash is skipped by the reader and
 reported with its line number, and the writer puts its next record on a line of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import threading
@@ -14,11 +18,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from venus_edge.text import valid_text
+
 __all__: list[str] = []
 
 
-def _line(record: Any) -> bytes:
-    return json.dumps(record, ensure_ascii=False).encode("utf-8", "backslashreplace")
+def _line(record: Any, path: Path) -> bytes:
+    text = json.dumps(record, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: stored as U+FFFD (and said so), never as an escape that reads back
+        return json.dumps(valid_text(record, source=f"record for {path}"), ensure_ascii=False).encode("utf-8")
 
 
 def write_records(path: Path, records: Iterable[Any]) -> int:
@@ -27,7 +37,7 @@ def write_records(path: Path, records: Iterable[Any]) -> int:
     count = 0
     with path.open("wb") as handle:
         for record in records:
-            handle.write(_line(record) + b"\n")
+            handle.write(_line(record, path) + b"\n")
             count += 1
         handle.flush()
         os.fsync(handle.fileno())
@@ -38,20 +48,36 @@ _APPEND_LOCK = threading.Lock()
 
 
 def append_record(path: Path, record: Any) -> None:
-    """Append ``record`` as one JSON line, flushed and fsync'ed; after a torn line it starts a new one.
+    """Append ``record`` as one JSON line, written and fsync'ed; after a torn line it starts a new one.
 
-    A lone surrogate (half an emoji, from a ``"\\ud83d"`` escape in a model's JSON) is written as its JSON escape,
-    so the line stays UTF-8 and reads back to the same string.
+    A lone surrogate (half an emoji from a ``"\\ud83d"`` escape, a byte of a command-line argument that is not
+    UTF-8) is written as U+FFFD (``venus_edge.text.valid_text``, which logs a warning naming ``path``).
+
+    Raises:
+        OSError: the file cannot be opened or the line cannot be written whole (a full disk, a read-only or
+            missing folder). The file is cut back to its size before the call, so that no torn record is left
+            behind and every record saved before stays as it was.
     """
-    line = _line(record)
-    with _APPEND_LOCK, path.open("a+b") as handle:  # sessions on several threads share a journal (the server)
-        if handle.seek(0, os.SEEK_END) > 0:
+    line = _line(record, path)
+    # Unbuffered: a failed write raises here, not again from a buffer flushed at close after the cut below.
+    with _APPEND_LOCK, path.open("a+b", buffering=0) as handle:  # the server's sessions share a journal
+        end = handle.seek(0, os.SEEK_END)
+        if end > 0:
             handle.seek(-1, os.SEEK_END)
             if handle.read(1) != b"\n":  # a record torn by a crash: start on a line of our own
                 line = b"\n" + line
-        handle.write(line + b"\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+        try:
+            rest = memoryview(line + b"\n")
+            while rest:
+                written = handle.write(rest)
+                if not written:
+                    raise OSError(errno.EIO, "the file took no more bytes")
+                rest = rest[written:]
+            os.fsync(handle.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):  # not every file can be cut (a device): nothing more to do there
+                os.ftruncate(handle.fileno(), end)
+            raise
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, Any, str]]:

@@ -88,6 +88,9 @@ class Result:
             (``SamplingParams.logprobs``): ``SessionTotals``.
         trajectory_path: the JSONL journal, when one was written.
         session_id: the journal's session id.
+        journal_error: None when every journal record was saved (or no journal was asked for); else one line saying
+            which record was the first not saved, where, and why (a full or read-only disk:
+            ``TrajectoryWriter.error``). The session itself ran to its end.
     """
 
     answer: str | None
@@ -100,6 +103,7 @@ class Result:
     totals: SessionTotals
     trajectory_path: Path | None
     session_id: str
+    journal_error: str | None = None
 
     @classmethod
     def unrun(cls, termination: str, *, session_id: str, elapsed_s: float = 0.0) -> Result:

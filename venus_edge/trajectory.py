@@ -52,6 +52,7 @@ from typing import Any
 from venus_edge.errors import TrajectoryError
 from venus_edge.jsonl import append_record, iter_records
 from venus_edge.protocol import is_observation
+from venus_edge.text import shown_path
 from venus_edge.turn import Turn
 
 __all__ = ["Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"]
@@ -97,12 +98,30 @@ class Trajectory:
 
 
 class TrajectoryWriter:
-    """Appends one session's records to a JSONL journal, durably, as the session runs."""
+    """Appends one session's records to a JSONL journal, durably, as the session runs.
+
+    A disk that fails (full, read-only, a folder that is a file) never ends the session: the first record that
+    cannot be written sets ``error`` (what was not saved, and where), that record and every later one are left out
+    (so the journal never holds a session with a gap: it reads back as ``incomplete`` after its last saved turn,
+    resumable from there), and the records saved before stay whole (``jsonl.append_record`` cuts a torn one).
+
+    Attributes:
+        path: the journal file.
+        session_id: the session's id.
+        error: None while every record was saved; else one line saying which record of which session was the first
+            not saved, to which file, and why (``[Errno 28] No space left on device``).
+    """
 
     def __init__(self, path: str | os.PathLike[str], session_id: str) -> None:
         self.path = Path(path)
         self.session_id = session_id
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.error: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a parent that is a file, a read-only folder: the first record reports it
+            self._folder_error: OSError | None = exc
+        else:
+            self._folder_error = None
 
     def start(self, **fields: Any) -> None:
         self._append({"record": "start", "schema_version": SCHEMA_VERSION, **fields})
@@ -117,7 +136,25 @@ class TrajectoryWriter:
         self._append({"record": "end", **fields})
 
     def _append(self, record: dict[str, Any]) -> None:
-        append_record(self.path, {"session_id": self.session_id, **record})
+        if self.error is not None:
+            return  # after a lost record, a later one would leave a gap that reads back as a whole session
+        try:
+            if self._folder_error is not None:
+                raise self._folder_error
+            append_record(self.path, {"session_id": self.session_id, **record})
+        except OSError as exc:
+            self.error = self._not_saved(record, exc)
+
+    def _not_saved(self, record: dict[str, Any], exc: OSError) -> str:
+        reason = f"[Errno {exc.errno}] {exc.strerror}" if exc.strerror else str(exc)
+        if exc.filename and Path(exc.filename) != self.path:  # a folder on the way (a file named like a folder)
+            reason += f": {shown_path(exc.filename)}"
+        where, kind = shown_path(self.path), record["record"]
+        if kind == "start":
+            return f"the trajectory of session {self.session_id} was not saved to {where} ({reason})"
+        what = f"turn {record.get('turn')}" if kind == "turn" else f"{kind} record"
+        return (f"the trajectory of session {self.session_id} was saved to {where} only up to before its {what} "
+                f"({reason}); the records before it are intact")
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,8 @@ class PromptCache:
         self.max_files = max_files
         self.max_bytes = max_bytes
         self.counts = PromptCacheCounts()
+        #: Why the folder could not be written (None while it can): set at the first failed save.
+        self.unwritable: str | None = None
         self._llm = llm
         self._token_bytes = token_bytes
         self.key = _compatibility_key(llm, Path(model_path))
@@ -313,7 +315,10 @@ class PromptCache:
         return n
 
     def _save(self, tokens: list[int]) -> Path | None:
-        """Write the state of sequence 0, which holds exactly ``tokens``; the file, or None when not written."""
+        """Write the state of sequence 0, which holds exactly ``tokens``; the file, or None when not written (after
+        the folder failed once, ``unwritable``, nothing more is tried: one warning, not one per turn)."""
+        if self.unwritable is not None:
+            return None
         ctx = self._llm._ctx.ctx
         size = llama_cpp.llama_state_seq_get_size(ctx, _SEQ)
         if size > self.max_bytes:
@@ -340,9 +345,12 @@ class PromptCache:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, path)
-        except OSError as exc:
-            logger.warning("prompt cache: cannot write %s: %s; the prefix is not saved", path, exc)
-            temporary.unlink(missing_ok=True)
+        except OSError as exc:  # a full disk, a read-only folder, a "folder" that is a file
+            self.unwritable = f"{exc}"
+            logger.warning("prompt cache: cannot write to %s (%s); this engine goes on without saving prefixes",
+                           self.directory, exc)
+            with contextlib.suppress(OSError):  # its folder may not even exist
+                temporary.unlink(missing_ok=True)
             return None
         self.counts.saves += 1
         logger.info("prompt cache: saved %d tokens (%d bytes) to %s", len(tokens), written, path)

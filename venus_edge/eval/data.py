@@ -30,6 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from venus_edge.text import valid_text
+
 __all__ = ["ANSWER_SPLIT", "EvalExample", "LoadReport", "load_examples", "read_data_rows", "split_answers"]
 
 #: Separates accepted answers in one string (DR-Venus RL data, PROTOCOL.md "Training facts").
@@ -102,20 +104,18 @@ def load_examples(source: str | os.PathLike[str], *, limit: int | None = None) -
 def read_data_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
     """The rows of a ``.jsonl``/``.json``/``.csv``/``.parquet`` file as ``(row number, row)``; a row that is not a
     JSON object comes as ``(row number, reason)``, so one broken line never stops the reading (``venus_edge.train``
-    reads its data files with this too).
+    reads its data files with this too). Text in a row that is not valid Unicode (a ``"\\ud800"`` escape, a CSV
+    byte that is not UTF-8) comes as U+FFFD, with a warning naming the file and row (``venus_edge.text.valid_text``).
 
     Raises:
         ValueError: a file type that is not supported, or a ``.json`` file that is not JSON.
         ImportError: a parquet file without pyarrow installed.
     """
     suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return _json_rows(path)
-    if suffix == ".csv":
-        return _csv_rows(path)
-    if suffix == ".parquet":
-        return _parquet_rows(path)
-    raise ValueError(f"{path}: unsupported data file type {suffix!r}; use .jsonl, .json, .csv or .parquet")
+    readers = {".jsonl": _json_rows, ".json": _json_rows, ".csv": _csv_rows, ".parquet": _parquet_rows}
+    if suffix not in readers:
+        raise ValueError(f"{path}: unsupported data file type {suffix!r}; use .jsonl, .json, .csv or .parquet")
+    return ((number, valid_text(row, source=f"{path} row {number}")) for number, row in readers[suffix](path))
 
 
 class _SkipRow(Exception):
@@ -166,7 +166,8 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    # surrogateescape: a byte that is not UTF-8 spoils only its field (U+FFFD, reported), not the whole file
+    with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as handle:
         yield from enumerate(csv.DictReader(handle), start=2)  # row 1 is the header
 
 

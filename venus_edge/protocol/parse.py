@@ -37,7 +37,8 @@ from venus_edge.protocol.render import (
     TOOL_CALL_OPEN,
     TOOL_RESPONSE_OPEN,
 )
-from venus_edge.tools.base import unknown_tool_message, without_lone_surrogates
+from venus_edge.text import valid_text
+from venus_edge.tools.base import unknown_tool_message
 
 __all__ = [
     "FormatError",
@@ -491,7 +492,7 @@ def decode_call(raw: str, tool_names: set[str], errors: list[FormatError]) -> To
             FormatError("invalid_json", f"The tool call nests deeper than {MAX_CALL_DEPTH} levels.", fatal=True)
         )
         return None
-    payload = without_lone_surrogates(payload)
+    payload = valid_text(payload)
     if leniency:
         errors.append(leniency)
     payload, reshaped = _unwrap_call(payload)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from venus_edge.flags import add_session_arguments, check_session_arguments, size_argument
+from venus_edge.flags import add_session_arguments, check_key_text, check_session_arguments, size_argument
 from venus_edge.server.defaults import default_journal_path, is_loopback
 from venus_edge.session import SessionSettings, open_session
 
@@ -86,6 +86,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--host {args.host} can be reached from other machines: give --api-key KEY (or "
                      "$VENUS_EDGE_SERVER_KEY) so that only your clients can use the model")
     check_session_arguments(args, parser)
+    check_key_text(args.server_api_key, "the server's key (--api-key or $VENUS_EDGE_SERVER_KEY)", parser)
     if args.slots < 1 or args.max_queue < 0:
         parser.error("--slots must be at least 1 and --max-queue at least 0")
     journal = args.journal or default_journal_path()

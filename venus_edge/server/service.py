@@ -28,6 +28,7 @@ from venus_edge.engines.base import Engine
 from venus_edge.errors import ContextOverflowError, VenusEdgeError
 from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
 from venus_edge.result import Result
+from venus_edge.text import valid_text
 from venus_edge.tools.base import Tool
 from venus_edge.trajectory import Trajectory, read_journal
 
@@ -306,7 +307,8 @@ class ResearchService:
             idle = max(0, len(self.agents) - self._running)  # workers about to take a waiting session
             if len(self._waiting) - idle >= self.max_queue:
                 raise QueueFullError(len(self._waiting), self._retry_after())
-            handle = SessionHandle(uuid.uuid4().hex, request.question, config)
+            question = valid_text(request.question, source="a research request's question")  # before it is shown
+            handle = SessionHandle(uuid.uuid4().hex, question, config)
             self.sessions[handle.session_id] = handle
             self._waiting.append(handle)
             self.counters["submitted"] += 1
@@ -405,6 +407,8 @@ class ResearchService:
                 self._observe(event)
                 if isinstance(event, SessionFinished):
                     termination = event.result.termination
+                    if event.result.journal_error:  # the client still gets its answer; the operator is told
+                        logger.warning("%s", event.result.journal_error)
                 handle._publish(event)
         except Exception as exc:  # the session fails, the server goes on: the client gets the reason
             termination = "token_limit_no_answer" if isinstance(exc, ContextOverflowError) else "error"
