@@ -429,7 +429,7 @@ def _check_model_bounds(metadata: Mapping[str, Any], arch: str, path: Path) -> N
         values = value if isinstance(value, tuple) else (value,)
         for item in values:
             if not isinstance(item, int) or isinstance(item, bool) or not lowest <= item <= highest:
-                shown = f"{item:,}" if isinstance(item, int) else repr(item)
+                shown = f"{item:,}" if isinstance(item, int) and not isinstance(item, bool) else repr(item)
                 raise ModelLoadError(path, f"{arch}.{key} is {shown} in the GGUF header; it must be an integer in "
                                            f"[{lowest:,}, {highest:,}]")
         if isinstance(value, tuple) and len(value) != n_layer:
