@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
 import gguf
 import numpy as np
@@ -235,13 +235,13 @@ def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
     tensors = []
     for name in sorted(key for key in header if key != "__metadata__"):
         entry = header[name]
-        fields = (entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")) if isinstance(entry, dict) else ()
-        if not (len(fields) == 3 and isinstance(fields[0], str) and _naturals(fields[1])
-                and _naturals(fields[2]) and len(fields[2]) == 2):
-            shown = repr(entry) if len(repr(entry)) < 200 else repr(entry)[:200] + "..."
-            raise corrupt(f"header entry of {name} is {shown}; expected dtype, a shape and data_offsets "
-                          f"[begin, end] of non-negative integers")
-        dtype, shape, (begin, end) = fields[0], tuple(fields[1]), fields[2]
+        entry = entry if isinstance(entry, dict) else {"entry": entry}
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if not (isinstance(dtype, str) and _naturals(shape) and _naturals(offsets) and len(offsets) == 2):
+            shown = repr(header[name])
+            raise corrupt(f"header entry of {name} is {shown[:200]}{'...' if len(shown) > 200 else ''}; expected "
+                          f"dtype, a shape and data_offsets [begin, end] of non-negative integers")
+        shape, (begin, end) = tuple(shape), offsets
         if dtype not in _SAFETENSORS_DTYPES:
             raise ConversionError(
                 f"{path}: tensor {name} has dtype {dtype}; this converter reads {', '.join(_SAFETENSORS_DTYPES)}. "
@@ -255,7 +255,7 @@ def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
     return tensors
 
 
-def _naturals(value: Any) -> bool:
+def _naturals(value: Any) -> TypeGuard[list[int]]:
     """A JSON list of non-negative integers (not floats, not booleans, not Infinity)."""
     return isinstance(value, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
 
