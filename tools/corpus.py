@@ -10,6 +10,10 @@ extracted texts and a manifest of the files (relative path, mtime in ns, size in
 ``index_dir``. A later ``Corpus.open`` of an unchanged folder loads them instead of re-indexing; after a change
 it extracts only the files that are new or changed (same path, mtime and size -> the saved text is reused) and
 rebuilds the BM25 index, which is the cheap part. ``Corpus.stats`` says what was reused and extracted.
+The manifest, written last, also holds the SHA-256 of every other file of the saved index; a saved index whose
+files do not match it (a damaged or edited cache: two arrays of the same size swapped still load in bm25s, and
+every search then fails) is not used, not even its texts: the corpus is extracted and indexed again and saved
+over it, with a logged warning.
 
 A file that cannot be read (a broken or password-protected PDF, a scanned PDF without text) does not stop the
 corpus: it is left out of the index and listed in ``Corpus.skipped`` with the reason, and is not retried until
@@ -69,7 +73,8 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 6
+INDEX_FORMAT_VERSION = 7
+_CHECKSUMS = "sha256"  # the manifest's key for the checksums of the other files of the saved index
 SNIPPET_CHARS = 240
 _TOKEN_PATTERN = WORD_PATTERN
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
@@ -362,7 +367,7 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
 
 
 def _save_index(cache: Path, corpus: Corpus, manifest: dict[str, Any]) -> None:
-    """Write index, texts, then the manifest last: a folder with a manifest is complete."""
+    """Write index, texts, then the manifest with their checksums last: a folder with a manifest is complete."""
     if cache.exists():
         shutil.rmtree(cache)
     cache.mkdir(parents=True)
@@ -370,15 +375,31 @@ def _save_index(cache: Path, corpus: Corpus, manifest: dict[str, Any]) -> None:
     with open(cache / "documents.jsonl", "w", encoding="utf-8") as out:
         for entry in corpus._all_entries:
             out.write(json.dumps(asdict(entry)) + "\n")
-    (cache / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    saved = {**manifest, _CHECKSUMS: _content_checksums(cache)}
+    (cache / "manifest.json.tmp").write_text(json.dumps(saved), encoding="utf-8")
+    os.replace(cache / "manifest.json.tmp", cache / "manifest.json")
+
+
+def _content_checksums(cache: Path) -> dict[str, str]:
+    """SHA-256 (hex) of every file of a saved index but its manifest, by POSIX path relative to ``cache``."""
+    manifests = {"manifest.json", "manifest.json.tmp"}
+    files = sorted(path for path in cache.rglob("*") if path.is_file() and path.relative_to(cache).as_posix()
+                   not in manifests)
+    return {path.relative_to(cache).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
 def _read_saved(cache: Path, root: Path) -> tuple[dict[str, Any], list[_Entry]]:
-    """The saved manifest and per-file entries of an index of the same folder and format; ``({}, [])`` when
-    absent or unreadable."""
+    """The saved manifest (its checksums taken out) and per-file entries of an index of the same folder and format
+    whose files match their checksums; ``({}, [])`` when absent, unreadable or damaged (damage logged)."""
     try:
         saved = json.loads((cache / "manifest.json").read_text(encoding="utf-8"))
         if saved.get("version") != INDEX_FORMAT_VERSION or saved.get("root") != str(root):
+            return {}, []
+        checksums, found = saved.pop(_CHECKSUMS, None) or {}, _content_checksums(cache)
+        if checksums != found:
+            damaged = sorted(name for name in {*found, *checksums} if checksums.get(name) != found.get(name))
+            logger.warning("corpus index under %s does not match its checksums (%s); it is rebuilt", cache,
+                           ", ".join(damaged) or "no checksums saved")
             return {}, []
         with open(cache / "documents.jsonl", encoding="utf-8") as lines:
             return saved, [_Entry(**json.loads(line)) for line in lines]
