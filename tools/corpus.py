@@ -15,6 +15,9 @@ files do not match it (a damaged or edited cache: two arrays of the same size sw
 every search then fails) is not used, not even its texts: the corpus is extracted and indexed again and saved
 over it, with a logged warning.
 
+A file is read as what its first bytes say before its suffix is trusted (``sniff``): a PDF named ``.html`` is read
+as a PDF, and an archive or image named ``.html`` or ``.txt`` is skipped, never indexed as text.
+
 A file that cannot be read (a broken or password-protected PDF, a scanned PDF without text) does not stop the
 corpus: it is left out of the index and listed in ``Corpus.skipped`` with the reason, and is not retried until
 it changes.
@@ -59,7 +62,8 @@ from venus_edge.tools.errors import (
     UnreadableDocumentError,
 )
 from venus_edge.tools.passages import CJK_CHARS, WORD_PATTERN
-from venus_edge.tools.pdf import pdf_text
+from venus_edge.tools.pdf import looks_like_pdf, pdf_text
+from venus_edge.tools.sniff import binary_kind
 
 __all__ = ["Corpus", "Document", "Hit", "IndexStats"]
 
@@ -76,6 +80,7 @@ CONTENT_TYPES: dict[str, str] = {
 INDEX_FORMAT_VERSION = 7
 _CHECKSUMS = "sha256"  # the manifest's key for the checksums of the other files of the saved index
 SNIPPET_CHARS = 240
+_SNIFF_BYTES = 4096
 _TOKEN_PATTERN = WORD_PATTERN
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 logger = logging.getLogger(__name__)
@@ -262,7 +267,10 @@ class Corpus:
         except OSError as exc:
             raise DocumentNotFoundError(f"cannot read {url}: {exc.strerror}") from None
         entry = self._entries[self._by_path[path]]
-        content_type = CONTENT_TYPES[Path(path).suffix.lower()]
+        try:
+            content_type = _document_type(path, raw)
+        except ValueError as exc:
+            raise UnreadableDocumentError(f"cannot read {url}: {exc}") from None
         if content_type == "application/pdf":
             try:
                 return Document(url, entry.title, pdf_text(raw), content_type)
@@ -356,14 +364,28 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
     """One file's title and text; a file that cannot be read gets an entry with ``error`` set instead."""
     try:
         raw = (root / path).read_bytes()
-        is_pdf = Path(path).suffix.lower() == ".pdf"
+        is_pdf = _document_type(path, raw) == "application/pdf"
         source = pdf_text(raw) if is_pdf else _decode_file(raw, path)
     except (OSError, PdfError, ValueError, LookupError) as exc:  # one unreadable file never stops the corpus
         return _Entry(path, "", "", mtime_ns, size, str(exc))
     if is_pdf and not source.strip():
         return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
-    title, text, date = extract_fields(source, Path(path))
+    title, text, date = extract_fields(source, Path(path).with_suffix(".pdf") if is_pdf else Path(path))
     return _Entry(path, title, text, mtime_ns, size, date=date)
+
+
+def _document_type(path: str, raw: bytes) -> str:
+    """A file's media type by its first bytes, then its suffix (``sniff``): a PDF named ``.html`` is a PDF.
+
+    Raises:
+        ValueError: the bytes are an archive, an image or another binary format, whatever the suffix says.
+    """
+    head = raw[:_SNIFF_BYTES]
+    if looks_like_pdf(head):
+        return "application/pdf"
+    if (kind := binary_kind(head)) is not None:
+        raise ValueError(f"the file is {kind} by its first bytes, not a {Path(path).suffix} document")
+    return CONTENT_TYPES[Path(path).suffix.lower()]
 
 
 def _save_index(cache: Path, corpus: Corpus, manifest: dict[str, Any]) -> None:

@@ -303,3 +303,26 @@ def test_a_saved_index_that_fails_its_checksums_is_rebuilt_once(tmp_path: Path, 
     again = Corpus.open(folder, index_dir=index)
     assert again.loaded_from_cache
     assert [hit.url for hit in again.search("keyword2")] == ["corpus://notes/n2.md"]
+
+
+def test_files_are_read_as_their_bytes_say_not_as_their_suffix(tmp_path: Path, pdf_samples: dict[str, bytes]) -> None:
+    """The local corpus's sibling of a type that lies: a PDF named ``.html`` is indexed and read as a PDF (never as
+    raw ``%PDF-`` text), an image or archive named ``.html`` / ``.txt`` is skipped with what it is."""
+    folder = tmp_path / "lying"
+    folder.mkdir()
+    (folder / "report.html").write_bytes(pdf_samples["report"])
+    (folder / "photo.html").write_bytes(b"\x89PNG\r\n\x1a\n" + b"IHDR" * 50)
+    (folder / "backup.txt").write_bytes(b"PK\x03\x04" + b"\x14" * 60)
+    (folder / "notes.md").write_text("# Notes\n\nNothing about kelvin here.\n", encoding="utf-8")
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index")
+    assert len(corpus) == 2 and set(corpus.skipped) == {"photo.html", "backup.txt"}, corpus.skipped
+    assert "a PNG image by its first bytes" in corpus.skipped["photo.html"]
+    assert "a zip archive by its first bytes" in corpus.skipped["backup.txt"]
+    hits = corpus.search("measured boiling point in kelvin")
+    assert hits[0].url == "corpus://lying/report.html" and "%PDF" not in hits[0].snippet, hits
+    assert hits[0].title == "Field report on sample KX-7 (draft)"
+    document = corpus.read(hits[0].url)
+    assert document.content_type == "application/pdf" and "412 kelvin" in document.html_or_text
+    assert "obj" not in document.html_or_text
+    with pytest.raises(UnreadableDocumentError, match="a PNG image by its first bytes"):
+        corpus.read("corpus://lying/photo.html")
