@@ -34,10 +34,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
 import gguf
 import numpy as np
+
+from venus_edge.memory.header import MODEL_BOUNDS
 
 from .errors import (
     CheckpointNotFoundError,
@@ -95,6 +97,13 @@ STREAM_CHUNK_BYTES = 16 * 2**20
 # safetensors dtype -> numpy dtype of the stored elements (BF16 as raw 16-bit words: numpy has no bfloat16).
 _SAFETENSORS_DTYPES = MappingProxyType({"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16})
 _MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+# config.json size -> (the GGUF key whose bound it takes, venus_edge.memory.header.MODEL_BOUNDS; required).
+_CONFIG_SIZES = MappingProxyType({
+    "num_hidden_layers": ("block_count", True), "hidden_size": ("embedding_length", True),
+    "intermediate_size": ("feed_forward_length", True), "num_attention_heads": ("attention.head_count", True),
+    "num_key_value_heads": ("attention.head_count_kv", True), "head_dim": ("attention.key_length", False),
+    "vocab_size": ("vocab_size", True), "max_position_embeddings": ("context_length", True),
+})
 
 
 @dataclass(frozen=True)
@@ -157,6 +166,24 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ConversionError(f"{path} is not valid JSON ({error}); re-download the file.") from error
 
 
+def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
+    """Each size config.json gives is an integer within the runtime's bounds (``MODEL_BOUNDS`` of the GGUF key it
+    becomes), before any loop or allocation uses it; the tensors' shapes are checked against it next.
+
+    Raises:
+        ConversionError: a size missing, not an integer, or out of bounds; the message names the file and value.
+    """
+    for key, (gguf_key, required) in _CONFIG_SIZES.items():
+        value = hparams.get(key)
+        if value is None and not required:
+            continue
+        lowest, highest = MODEL_BOUNDS[gguf_key]
+        if not isinstance(value, int) or isinstance(value, bool) or not max(lowest, 1) <= value <= highest:
+            shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+            raise ConversionError(f"{config_path}: {key} is {shown}; it must be an integer in [{max(lowest, 1):,}, "
+                                  f"{highest:,}]. Fix config.json, or use the config that belongs to this checkpoint.")
+
+
 def _architecture(hparams: dict[str, Any], config_path: Path) -> ArchitectureSpec:
     names = hparams.get("architectures") or []
     spec = next((ARCHITECTURES[name] for name in names if name in ARCHITECTURES), None)
@@ -201,16 +228,20 @@ def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
             header = json.loads(file.read(header_size))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise corrupt(f"header is not valid JSON ({error})") from error
+        except RecursionError as error:  # arrays or objects nested past Python's recursion limit
+            raise corrupt("header is JSON nested too deep to be a safetensors header") from error
     if not isinstance(header, dict):
         raise corrupt("header is not a JSON object")
     tensors = []
     for name in sorted(key for key in header if key != "__metadata__"):
         entry = header[name]
-        try:
-            dtype, shape = str(entry["dtype"]), tuple(int(n) for n in entry["shape"])
-            begin, end = (int(n) for n in entry["data_offsets"])
-        except (TypeError, KeyError, ValueError) as error:
-            raise corrupt(f"header entry of {name} is {entry!r}; expected dtype, shape and data_offsets") from error
+        entry = entry if isinstance(entry, dict) else {"entry": entry}
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if not (isinstance(dtype, str) and _naturals(shape) and _naturals(offsets) and len(offsets) == 2):
+            shown = repr(header[name])
+            raise corrupt(f"header entry of {name} is {shown[:200]}{'...' if len(shown) > 200 else ''}; expected "
+                          f"dtype, a shape and data_offsets [begin, end] of non-negative integers")
+        shape, (begin, end) = tuple(shape), offsets
         if dtype not in _SAFETENSORS_DTYPES:
             raise ConversionError(
                 f"{path}: tensor {name} has dtype {dtype}; this converter reads {', '.join(_SAFETENSORS_DTYPES)}. "
@@ -222,6 +253,11 @@ def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
                           f"expected {expected_bytes} bytes inside the file's {file_size}")
         tensors.append(_SourceTensor(name, path.name, dtype, shape, 8 + header_size + begin))
     return tensors
+
+
+def _naturals(value: Any) -> TypeGuard[list[int]]:
+    """A JSON list of non-negative integers (not floats, not booleans, not Infinity)."""
+    return isinstance(value, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
 
 
 def _index_tensors(folder: Path) -> tuple[dict[str, _SourceTensor], dict[str, str]]:
@@ -564,6 +600,7 @@ def convert_checkpoint(
     folder, repo_id = resolve_checkpoint(source)
     hparams = _read_json(folder / "config.json")
     spec = _architecture(hparams, folder / "config.json")
+    _check_config(hparams, folder / "config.json")
     _check_tokenizer_files(folder)
     tensors, weight_map = _index_tensors(folder)
     _check_tensors(tensors, _expected_shapes(hparams, spec), weight_map, folder, hparams)

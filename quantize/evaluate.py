@@ -81,17 +81,26 @@ def _load_llama(gguf_path: Path, n_ctx: int, *, logits_all: bool = True) -> llam
     """A `llama_cpp.Llama` with an F32 KV cache (type_k = type_v = 0, GGML_TYPE_F32) so only weights differ."""
     import llama_cpp
 
+    from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
+    from venus_edge.errors import ModelLoadError
+    from venus_edge.memory.header import read_model_header
+
     from .errors import GGUFReadError
     from .gguf_info import read_gguf_header
 
     read_gguf_header(gguf_path)  # a clear error with the path for corrupt or truncated files
     try:
-        return llama_cpp.Llama(
-            model_path=str(gguf_path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=logits_all,
-            type_k=0, type_v=0, verbose=False,
-        )
-    except (ValueError, RuntimeError) as error:
-        raise GGUFReadError(gguf_path, f"llama.cpp could not load it: {error}") from error
+        read_model_header(gguf_path)  # dimensions bounded and checked against the tensors before llama.cpp
+    except ModelLoadError as error:
+        raise GGUFReadError(gguf_path, error.reason) from error
+    with llama_diagnostics(gguf_path) as errors:
+        try:
+            return llama_cpp.Llama(
+                model_path=str(gguf_path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=logits_all,
+                type_k=0, type_v=0, verbose=False,
+            )
+        except (ValueError, RuntimeError) as error:
+            raise GGUFReadError(gguf_path, f"llama.cpp could not load it: {failure_reason(error, errors)}") from error
 
 
 def _llama_tokenize(llm: llama_cpp.Llama, text: str) -> list[int]:

@@ -10,6 +10,13 @@ extracted texts and a manifest of the files (relative path, mtime in ns, size in
 ``index_dir``. A later ``Corpus.open`` of an unchanged folder loads them instead of re-indexing; after a change
 it extracts only the files that are new or changed (same path, mtime and size -> the saved text is reused) and
 rebuilds the BM25 index, which is the cheap part. ``Corpus.stats`` says what was reused and extracted.
+The manifest, written last, also holds the SHA-256 of every other file of the saved index; a saved index whose
+files do not match it (a damaged or edited cache: two arrays of the same size swapped still load in bm25s, and
+every search then fails) is not used, not even its texts: the corpus is extracted and indexed again and saved
+over it, with a logged warning.
+
+A file is read as what its first bytes say before its suffix is trusted (``sniff``): a PDF named ``.html`` is read
+as a PDF, and an archive or image named ``.html`` or ``.txt`` is skipped, never indexed as text.
 
 A file that cannot be read (a broken or password-protected PDF, a scanned PDF without text) does not stop the
 corpus: it is left out of the index and listed in ``Corpus.skipped`` with the reason, and is not retried until
@@ -55,7 +62,8 @@ from venus_edge.tools.errors import (
     UnreadableDocumentError,
 )
 from venus_edge.tools.passages import CJK_CHARS, WORD_PATTERN
-from venus_edge.tools.pdf import pdf_text
+from venus_edge.tools.pdf import looks_like_pdf, pdf_text
+from venus_edge.tools.sniff import binary_kind
 
 __all__ = ["Corpus", "Document", "Hit", "IndexStats"]
 
@@ -69,8 +77,10 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 6
+INDEX_FORMAT_VERSION = 7
+_CHECKSUMS = "sha256"  # the manifest's key for the checksums of the other files of the saved index
 SNIPPET_CHARS = 240
+_SNIFF_BYTES = 4096
 _TOKEN_PATTERN = WORD_PATTERN
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 logger = logging.getLogger(__name__)
@@ -257,7 +267,10 @@ class Corpus:
         except OSError as exc:
             raise DocumentNotFoundError(f"cannot read {url}: {exc.strerror}") from None
         entry = self._entries[self._by_path[path]]
-        content_type = CONTENT_TYPES[Path(path).suffix.lower()]
+        try:
+            content_type = _document_type(path, raw)
+        except ValueError as exc:
+            raise UnreadableDocumentError(f"cannot read {url}: {exc}") from None
         if content_type == "application/pdf":
             try:
                 return Document(url, entry.title, pdf_text(raw), content_type)
@@ -351,18 +364,32 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
     """One file's title and text; a file that cannot be read gets an entry with ``error`` set instead."""
     try:
         raw = (root / path).read_bytes()
-        is_pdf = Path(path).suffix.lower() == ".pdf"
+        is_pdf = _document_type(path, raw) == "application/pdf"
         source = pdf_text(raw) if is_pdf else _decode_file(raw, path)
     except (OSError, PdfError, ValueError, LookupError) as exc:  # one unreadable file never stops the corpus
         return _Entry(path, "", "", mtime_ns, size, str(exc))
     if is_pdf and not source.strip():
         return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
-    title, text, date = extract_fields(source, Path(path))
+    title, text, date = extract_fields(source, Path(path).with_suffix(".pdf") if is_pdf else Path(path))
     return _Entry(path, title, text, mtime_ns, size, date=date)
 
 
+def _document_type(path: str, raw: bytes) -> str:
+    """A file's media type by its first bytes, then its suffix (``sniff``): a PDF named ``.html`` is a PDF.
+
+    Raises:
+        ValueError: the bytes are an archive, an image or another binary format, whatever the suffix says.
+    """
+    head = raw[:_SNIFF_BYTES]
+    if looks_like_pdf(head):
+        return "application/pdf"
+    if (kind := binary_kind(head)) is not None:
+        raise ValueError(f"the file is {kind} by its first bytes, not a {Path(path).suffix} document")
+    return CONTENT_TYPES[Path(path).suffix.lower()]
+
+
 def _save_index(cache: Path, corpus: Corpus, manifest: dict[str, Any]) -> None:
-    """Write index, texts, then the manifest last: a folder with a manifest is complete."""
+    """Write index, texts, then the manifest with their checksums last: a folder with a manifest is complete."""
     if cache.exists():
         shutil.rmtree(cache)
     cache.mkdir(parents=True)
@@ -370,15 +397,31 @@ def _save_index(cache: Path, corpus: Corpus, manifest: dict[str, Any]) -> None:
     with open(cache / "documents.jsonl", "w", encoding="utf-8") as out:
         for entry in corpus._all_entries:
             out.write(json.dumps(asdict(entry)) + "\n")
-    (cache / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    saved = {**manifest, _CHECKSUMS: _content_checksums(cache)}
+    (cache / "manifest.json.tmp").write_text(json.dumps(saved), encoding="utf-8")
+    os.replace(cache / "manifest.json.tmp", cache / "manifest.json")
+
+
+def _content_checksums(cache: Path) -> dict[str, str]:
+    """SHA-256 (hex) of every file of a saved index but its manifest, by POSIX path relative to ``cache``."""
+    manifests = {"manifest.json", "manifest.json.tmp"}
+    files = sorted(path for path in cache.rglob("*") if path.is_file() and path.relative_to(cache).as_posix()
+                   not in manifests)
+    return {path.relative_to(cache).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
 def _read_saved(cache: Path, root: Path) -> tuple[dict[str, Any], list[_Entry]]:
-    """The saved manifest and per-file entries of an index of the same folder and format; ``({}, [])`` when
-    absent or unreadable."""
+    """The saved manifest (its checksums taken out) and per-file entries of an index of the same folder and format
+    whose files match their checksums; ``({}, [])`` when absent, unreadable or damaged (damage logged)."""
     try:
         saved = json.loads((cache / "manifest.json").read_text(encoding="utf-8"))
         if saved.get("version") != INDEX_FORMAT_VERSION or saved.get("root") != str(root):
+            return {}, []
+        checksums, found = saved.pop(_CHECKSUMS, None) or {}, _content_checksums(cache)
+        if checksums != found:
+            damaged = sorted(name for name in {*found, *checksums} if checksums.get(name) != found.get(name))
+            logger.warning("corpus index under %s does not match its checksums (%s); it is rebuilt", cache,
+                           ", ".join(damaged) or "no checksums saved")
             return {}, []
         with open(cache / "documents.jsonl", encoding="utf-8") as lines:
             return saved, [_Entry(**json.loads(line)) for line in lines]

@@ -27,9 +27,13 @@ Failures raise ``FetchError`` (``tools.errors``) with a ``kind`` that ``visit`` 
     ├── too_large            declared or streamed body beyond max_bytes
     └── not_text             a content type or body that is not text (images, binary), or an unreadable PDF
 
-A PDF (declared as ``application/pdf``, or an ``application/octet-stream`` or untyped body starting with
-``%PDF-``) is read in full within the same limits and returned as its text, extracted in a child process that
-is stopped at the fetch's deadline (``pdf.pdf_text_isolated``), with the content type ``application/pdf``.
+The body's first bytes are read before its declared type is trusted (``sniff``): a body starting with ``%PDF-`` is
+a PDF whatever its ``Content-Type`` (``text/html``, ``text/plain``, octet-stream, none, a wrong charset); a body
+whose signature is an archive, an image, audio, video, a font or a program is ``not_text`` whatever its type says;
+an ``application/octet-stream`` body that opens an HTML document is read as HTML. A PDF (declared as
+``application/pdf``, or recognized by its bytes) is read in full within the same limits and returned as its text,
+extracted in a child process that is stopped at the fetch's deadline (``pdf.pdf_text_isolated``), with the content
+type ``application/pdf``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import httpx
 from venus_edge.tools.charset import decode_text
 from venus_edge.tools.errors import FetchError, PdfError
 from venus_edge.tools.pdf import PDF_CONTENT_TYPES, looks_like_pdf, pdf_text_isolated
+from venus_edge.tools.sniff import binary_kind, looks_like_html
 
 __all__ = ["FetchLimits", "FetchedPage", "fetch_page"]
 
@@ -70,7 +75,7 @@ BLOCKED_STATUSES = {
 }
 _SNIFF_BYTES = 4096
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-# Types whose body may still be a PDF, recognized by its first bytes.
+# Types whose body is read to learn what it is (a PDF or an HTML document, by its first bytes).
 _SNIFFED_TYPES = ("", "application/octet-stream", "binary/octet-stream")
 
 Resolver = Callable[[str, int], list[str]]
@@ -357,14 +362,21 @@ def _read_response(response: httpx.Response, url: str, limits: FetchLimits, dead
     if declared.isdigit() and int(declared) > limits.max_bytes:
         raise FetchError("too_large", url, f"Content-Length {declared} bytes exceeds max_bytes {limits.max_bytes}")
     body = _read_capped(response, url, limits, deadline)
-    if content_type in PDF_CONTENT_TYPES or (content_type in _SNIFFED_TYPES and looks_like_pdf(body[:_SNIFF_BYTES])):
+    head = body[:_SNIFF_BYTES]
+    if content_type in PDF_CONTENT_TYPES or looks_like_pdf(head):  # the bytes decide, whatever the declared type
         try:
             text = pdf_text_isolated(body, timeout_s=max(1.0, deadline - time.monotonic()))
             return FetchedPage(str(response.url), PDF_CONTENT_TYPES[0], text)
         except PdfError as exc:
             raise FetchError("not_text", url, str(exc)) from None
+    if (kind := binary_kind(head)) is not None:
+        declared = f"declared as {content_type!r}" if content_type else "sent without a content type"
+        raise FetchError("not_text", url, f"the body is {kind} by its first bytes ({declared}), not text")
+    if content_type in _SNIFFED_TYPES and content_type and looks_like_html(head):
+        content_type = "text/html"  # an octet-stream that holds an HTML document
     if content_type and not _is_text_type(content_type):
-        raise FetchError("not_text", url, f"content type {content_type!r} is not text and the body is not a PDF")
+        raise FetchError("not_text", url, f"content type {content_type!r} is not text and the body is not a PDF "
+                                          f"or HTML")
     if b"\x00" in body[:_SNIFF_BYTES] and not body.startswith(_UTF16_BOMS):  # UTF-16 text holds NUL bytes
         raise FetchError("not_text", url, "the body holds NUL bytes: binary content")
     markup = content_type in MARKUP_CONTENT_TYPES or not content_type

@@ -6,7 +6,11 @@ A call is keyed by the tool name and its arguments coerced to the tool's schema 
 that text. Each record is one JSON file, ``{cache_dir}/{tool}/{key[:2]}/{key}.json``, holding the tool, the
 coerced arguments and the ``ToolResult`` (text, visited URLs, typed failures). Files are written with
 ``ensure_ascii=True`` so any Python string, lone surrogates included, comes back identical, and renamed into
-place so a crash never leaves half a record.
+place so a crash never leaves half a record. A record carries the SHA-256 of its content (tool, arguments,
+result as canonical JSON); one that is not JSON, lacks a field or fails its checksum is damaged: it is never
+served, a warning is logged, ``RecordingTool`` calls the live tool and records it again, and ``ReplayTool``
+answers with a ``not_recorded`` failure that says the record is damaged. Records of format 1 (before the
+checksum) are still read.
 
 ``RecordingTool`` wraps a live tool and records every call (``reuse=True`` also answers repeated calls from the
 cache). ``ReplayTool`` answers only from the cache; a call never recorded gets an observation saying so and a
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -27,7 +32,8 @@ from venus_edge.tools.base import Tool, ToolFailure, ToolResult, call_key, coerc
 
 __all__ = ["RecordingTool", "ReplayTool", "ToolCache"]
 
-RECORD_FORMAT_VERSION = 1
+RECORD_FORMAT_VERSION = 2  # 2: the record carries the SHA-256 of its content
+logger = logging.getLogger(__name__)
 NOT_RECORDED_TEMPLATE = (
     "No recorded result for this {tool} call: the session is being replayed from a recording, and this call "
     "(arguments {arguments}) was not made when it was recorded. Only calls made in the recorded session can be "
@@ -40,6 +46,11 @@ def record_name(name: str, arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(call_key(name, arguments).encode("ascii")).hexdigest()
 
 
+def _content_sha256(content: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a record's content as canonical JSON (sorted keys, ASCII)."""
+    return hashlib.sha256(json.dumps(content, ensure_ascii=True, sort_keys=True).encode("ascii")).hexdigest()
+
+
 class ToolCache:
     """The on-disk records of tool calls under ``cache_dir`` (created on first write)."""
 
@@ -50,23 +61,34 @@ class ToolCache:
         return self.cache_dir / name / key[:2] / f"{key}.json"
 
     def get(self, name: str, arguments: Mapping[str, Any]) -> ToolResult | None:
-        """The recorded result of ``name(arguments)`` (arguments coerced), or ``None``."""
+        """The recorded result of ``name(arguments)`` (arguments coerced), or ``None`` (none, or damaged)."""
+        return self.lookup(name, arguments)[0]
+
+    def lookup(self, name: str, arguments: Mapping[str, Any]) -> tuple[ToolResult | None, str | None]:
+        """(the recorded result or None, why a record that is there cannot be served or None)."""
         path = self.path(name, record_name(name, arguments))
         if not path.is_file():
-            return None
-        record = json.loads(path.read_text(encoding="ascii"))
-        result = record["result"]
-        return ToolResult(
-            text=result["text"],
-            visited_urls=tuple(result["visited_urls"]),
-            failures=tuple(ToolFailure(**failure) for failure in result["failures"]),
-        )
+            return None, None
+        try:
+            record = json.loads(path.read_text(encoding="ascii"))
+            content = {key: record[key] for key in ("tool", "arguments", "result")}
+            if record.get("version", 1) >= 2 and record.get("sha256") != _content_sha256(content):
+                raise ValueError("its content does not match its SHA-256")
+            result = record["result"]
+            return ToolResult(
+                text=str(result["text"]),
+                visited_urls=tuple(str(url) for url in result["visited_urls"]),
+                failures=tuple(ToolFailure(**failure) for failure in result["failures"]),
+            ), None
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            problem = f"the record {path} is damaged ({type(exc).__name__}: {exc})"
+            logger.warning("%s; it is not served", problem)
+            return None, problem
 
     def put(self, name: str, arguments: Mapping[str, Any], result: ToolResult) -> Path:
         """Record ``result`` for ``name(arguments)`` (arguments coerced), replacing any earlier record."""
         path = self.path(name, record_name(name, arguments))
-        record = {
-            "version": RECORD_FORMAT_VERSION,
+        content = {
             "tool": name,
             "arguments": arguments,
             "result": {
@@ -75,6 +97,7 @@ class ToolCache:
                 "failures": [failure.to_dict() for failure in result.failures],
             },
         }
+        record = {"version": RECORD_FORMAT_VERSION, **content, "sha256": _content_sha256(content)}
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", encoding="ascii", dir=path.parent, suffix=".tmp", delete=False) as f:
             json.dump(record, f, ensure_ascii=True, sort_keys=True, indent=1)
@@ -141,9 +164,10 @@ class ReplayTool:
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
         coerced = coerce_arguments(self.schema, arguments).arguments
-        recorded = self.cache.get(self.name, coerced)
+        recorded, problem = self.cache.lookup(self.name, coerced)
         if recorded is not None:
             return recorded
         shown = json.dumps(coerced, ensure_ascii=False, sort_keys=True)
         text = NOT_RECORDED_TEMPLATE.format(tool=self.name, arguments=shown)
-        return ToolResult(text, failures=(ToolFailure("not_recorded", shown, f"no record in {self.cache.cache_dir}"),))
+        detail = problem or f"no record in {self.cache.cache_dir}"
+        return ToolResult(text, failures=(ToolFailure("not_recorded", shown, detail),))

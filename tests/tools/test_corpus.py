@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -262,3 +263,66 @@ def test_html_without_a_charset_declaration_is_read_as_utf8(tmp_path: Path) -> N
     corpus = Corpus.open(tmp_path, index_dir=tmp_path / "index", name="zh")
     for query in ("长城", "crème", "𠮷"):
         assert [hit.url for hit in corpus.search(query)] == ["corpus://zh/zh.html"], query
+
+
+def _swap(first: Path, second: Path) -> None:
+    swap = first.with_suffix(".swap")
+    first.rename(swap)
+    second.rename(first)
+    swap.rename(second)
+
+
+@pytest.mark.parametrize("damage", ["swap arrays", "edit texts", "drop checksums"])
+def test_a_saved_index_that_fails_its_checksums_is_rebuilt_once(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                 damage: str) -> None:
+    """Issue 25: two arrays of the same size swapped in the saved bm25 index loaded "from cache" and every search
+    failed with IndexError, on every start. The manifest holds each file's SHA-256; a file that does not match it
+    (arrays swapped, a text edited in place with its length kept, a manifest of an older version without checksums)
+    makes the corpus rebuild, save a good index over the damaged one, and the next start load that."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\nkeyword{i} lives here, with shared words\n", encoding="utf-8")
+    index = tmp_path / "index"
+    Corpus.open(folder, index_dir=index)
+    bm25 = index / "bm25"
+    data, indices = bm25 / "data.csc.index.npy", bm25 / "indices.csc.index.npy"
+    assert data.stat().st_size == indices.stat().st_size  # same size: bm25s loads them swapped without a word
+    if damage == "swap arrays":
+        _swap(data, indices)
+    elif damage == "edit texts":
+        texts = index / "documents.jsonl"
+        texts.write_text(texts.read_text(encoding="utf-8").replace("keyword2", "keyword9"), encoding="utf-8")
+    else:
+        manifest = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+        del manifest["sha256"]
+        (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    reopened = Corpus.open(folder, index_dir=index)
+    assert not reopened.loaded_from_cache and "does not match its checksums" in caplog.text
+    assert [hit.url for hit in reopened.search("keyword2")] == ["corpus://notes/n2.md"]
+    again = Corpus.open(folder, index_dir=index)
+    assert again.loaded_from_cache
+    assert [hit.url for hit in again.search("keyword2")] == ["corpus://notes/n2.md"]
+
+
+def test_files_are_read_as_their_bytes_say_not_as_their_suffix(tmp_path: Path, pdf_samples: dict[str, bytes]) -> None:
+    """The local corpus's sibling of a type that lies: a PDF named ``.html`` is indexed and read as a PDF (never as
+    raw ``%PDF-`` text), an image or archive named ``.html`` / ``.txt`` is skipped with what it is."""
+    folder = tmp_path / "lying"
+    folder.mkdir()
+    (folder / "report.html").write_bytes(pdf_samples["report"])
+    (folder / "photo.html").write_bytes(b"\x89PNG\r\n\x1a\n" + b"IHDR" * 50)
+    (folder / "backup.txt").write_bytes(b"PK\x03\x04" + b"\x14" * 60)
+    (folder / "notes.md").write_text("# Notes\n\nNothing about kelvin here.\n", encoding="utf-8")
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index")
+    assert len(corpus) == 2 and set(corpus.skipped) == {"photo.html", "backup.txt"}, corpus.skipped
+    assert "a PNG image by its first bytes" in corpus.skipped["photo.html"]
+    assert "a zip archive by its first bytes" in corpus.skipped["backup.txt"]
+    hits = corpus.search("measured boiling point in kelvin")
+    assert hits[0].url == "corpus://lying/report.html" and "%PDF" not in hits[0].snippet, hits
+    assert hits[0].title == "Field report on sample KX-7 (draft)"
+    document = corpus.read(hits[0].url)
+    assert document.content_type == "application/pdf" and "412 kelvin" in document.html_or_text
+    assert "obj" not in document.html_or_text
+    with pytest.raises(UnreadableDocumentError, match="a PNG image by its first bytes"):
+        corpus.read("corpus://lying/photo.html")

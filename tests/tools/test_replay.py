@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from venus_edge.tools import Tool, ToolRegistry, ToolResult, VisitTool
 from venus_edge.tools.base import call_key, coerce_arguments
 from venus_edge.tools.corpus import Corpus
@@ -89,3 +91,60 @@ def test_a_call_never_recorded_gets_an_observation_not_an_exception(tmp_path: Pa
     assert '{"query": ["never asked"]}' in result.text
     assert [(f.kind, f.target) for f in result.failures] == [("not_recorded", '{"query": ["never asked"]}')]
     assert result.visited_urls == ()
+
+
+class CountingTool:
+    """A live tool that answers ``answer <n>`` for its n-th call."""
+
+    name = "search"
+    schema = json.loads(json.dumps(SEARCH_SCHEMA))
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        self.calls += 1
+        return ToolResult(f"answer {self.calls}", visited_urls=("https://example.org/a",))
+
+
+def _damage(record: Path, how: str) -> None:
+    data = json.loads(record.read_text(encoding="ascii"))
+    if how == "edited":
+        data["result"]["text"] = "answer X"  # valid JSON, one character changed: only the checksum sees it
+        record.write_text(json.dumps(data), encoding="ascii")
+    elif how == "truncated":
+        record.write_bytes(record.read_bytes()[:40])
+    elif how == "wrong types":
+        data["result"]["failures"] = "none"
+        record.write_text(json.dumps(data), encoding="ascii")
+    else:
+        record.write_bytes(b"\xff\xfe not ascii")
+
+
+@pytest.mark.parametrize("how", ["edited", "truncated", "wrong types", "not ascii"])
+def test_a_damaged_record_is_never_served_and_is_recorded_again(tmp_path: Path, how: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The tool cache's records carry a checksum of their content: a damaged record is not served (no traceback,
+    no edited text as evidence); a recording tool calls the live tool and rewrites it; a replay says the record
+    is damaged."""
+    live = CountingTool()
+    recording = RecordingTool(live, tmp_path / "cache", reuse=True)
+    assert recording({"query": "q"}).text == "answer 1"
+    assert recording({"query": "q"}).text == "answer 1" and live.calls == 1
+    (record,) = (tmp_path / "cache").glob("search/*/*.json")
+    _damage(record, how)
+    replayed = ReplayTool.like(live, tmp_path / "cache")({"query": "q"})
+    assert [f.kind for f in replayed.failures] == ["not_recorded"] and "is damaged" in replayed.failures[0].detail
+    assert "is damaged" in caplog.text
+    assert recording({"query": "q"}).text == "answer 2" and live.calls == 2
+    assert ReplayTool.like(live, tmp_path / "cache")({"query": "q"}).text == "answer 2"
+
+
+def test_records_of_the_format_before_checksums_are_still_read(tmp_path: Path) -> None:
+    cache = ToolCache(tmp_path)
+    path = cache.put("search", {"query": ["q"]}, ToolResult("old answer"))
+    record = json.loads(path.read_text(encoding="ascii"))
+    record["version"] = 1
+    del record["sha256"]
+    path.write_text(json.dumps(record), encoding="ascii")
+    assert cache.get("search", {"query": ["q"]}) == ToolResult("old answer")

@@ -53,9 +53,10 @@ from venus_edge.engines.base import (
     TokenCallback,
     room_left,
 )
+from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
-from venus_edge.memory.header import check_gguf_file
+from venus_edge.memory.header import check_gguf_file, read_model_header
 from venus_edge.memory.machine import physical_cores
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
@@ -123,12 +124,14 @@ class BatchedLlamaCppEngine:
         self.n_seq = n_seq
         self.n_threads = n_threads or physical_cores()
         self.n_batch = min(n_batch, n_ctx)
+        read_model_header(self.model_path)  # its values bounded before llama.cpp sees them
         set_verbose(False)  # llama.cpp logs through llama-cpp-python's logger, as LlamaCppEngine(verbose=False) sets it
-        try:
-            self._model = _internals.LlamaModel(path_model=str(self.model_path),
-                                                params=llama_cpp.llama_model_default_params(), verbose=False)
-        except ValueError as exc:
-            raise ModelLoadError(self.model_path, str(exc)) from exc
+        with llama_diagnostics(self.model_path) as errors:
+            try:
+                self._model = _internals.LlamaModel(path_model=str(self.model_path),
+                                                    params=llama_cpp.llama_model_default_params(), verbose=False)
+            except ValueError as exc:
+                raise ModelLoadError(self.model_path, failure_reason(exc, errors)) from exc
         params = llama_cpp.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, self.n_batch, self.n_batch
         params.n_seq_max, params.kv_unified = n_seq + 1, True
@@ -136,7 +139,8 @@ class BatchedLlamaCppEngine:
         params.n_threads = params.n_threads_batch = self.n_threads
         if kv_cache_f32:
             params.type_k = params.type_v = 0
-        self._ctx = _internals.LlamaContext(model=self._model, params=params, verbose=False)
+        with llama_diagnostics(self.model_path):
+            self._ctx = _internals.LlamaContext(model=self._model, params=params, verbose=False)
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq + 1)
         self._n_vocab = self._model.n_vocab()

@@ -42,6 +42,7 @@ from venus_edge.engines.base import (
     TokenCallback,
     room_left,
 )
+from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
 from venus_edge.engines.prompt_cache import PromptCache
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
@@ -94,7 +95,10 @@ class LlamaCppEngine:
 
     Raises:
         ModelNotFoundError: no file at ``model_path``.
-        ModelLoadError: llama.cpp refuses the file (corrupt, truncated, unsupported architecture).
+        ModelLoadError: the header's values are out of bounds or disagree with its tensors
+            (``read_model_header``), or llama.cpp refuses the file (corrupt, truncated, unsupported architecture;
+            the message holds llama.cpp's own error lines). Should llama.cpp still abort the process, its message
+            is written to standard error first (``venus_edge.engines.llama_load``).
         MemoryPlanError: the planner finds no context that fits the RAM budget (the message says what would).
     """
 
@@ -126,22 +130,23 @@ class LlamaCppEngine:
             read_model_header(self.model_path), n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else kv_type,
             flash_attn=flash_attn, ram_bytes=ram_bytes, n_threads=threads, n_batch=n_batch, helper_n_ctx=helper_n_ctx)
         plan = self.memory_plan
-        try:
-            self._llm = llama_cpp.Llama(
-                model_path=str(self.model_path),
-                n_ctx=plan.n_ctx,
-                n_batch=plan.n_batch,
-                n_ubatch=plan.n_ubatch,
-                n_threads=threads,
-                n_threads_batch=threads,
-                seed=seed,
-                verbose=False,
-                flash_attn=plan.flash_attn,
-                type_k=plan.type_k,
-                type_v=plan.type_v,
-            )
-        except (ValueError, RuntimeError) as exc:
-            raise ModelLoadError(self.model_path, str(exc)) from exc
+        with llama_diagnostics(self.model_path) as errors:
+            try:
+                self._llm = llama_cpp.Llama(
+                    model_path=str(self.model_path),
+                    n_ctx=plan.n_ctx,
+                    n_batch=plan.n_batch,
+                    n_ubatch=plan.n_ubatch,
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    seed=seed,
+                    verbose=False,
+                    flash_attn=plan.flash_attn,
+                    type_k=plan.type_k,
+                    type_v=plan.type_v,
+                )
+            except (ValueError, RuntimeError) as exc:
+                raise ModelLoadError(self.model_path, failure_reason(exc, errors)) from exc
         self.n_threads = threads
         self.seed = seed
         self.vocabulary = Vocabulary(self._llm._model, self._llm.metadata)
@@ -216,7 +221,8 @@ class LlamaCppEngine:
         """
         self._check_open()
         if self._helper is None:
-            self._helper = _HelperContext(self._llm, self.helper_n_ctx)
+            with llama_diagnostics(self.model_path):
+                self._helper = _HelperContext(self._llm, self.helper_n_ctx)
         thinking = self.vocabulary.qwen  # a Qwen3 thinking model opens its reasoning block
         # The contents are page text: control tokens written in them stay text.
         ids = [

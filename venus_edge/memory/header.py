@@ -21,6 +21,11 @@ Departures from llama.cpp's reader:
    strings would take longer than everything else together.
 2. A per-layer KV-head array (``head_count_kv`` as an array, as some architectures write it) is reduced to its
    largest value, so a plan over-counts the KV cache of such models rather than under-counting it.
+3. Values are checked against bounds before anything trusts them, so a file that lies fails here with the path,
+   the key and the value, not inside llama.cpp (whose ``GGML_ASSERT`` on ``block_count`` aborts the process):
+   counts and lengths against the bytes left in the file, nested arrays and duplicate names refused, tensor
+   shapes against int64, and the model's dimensions (``MODEL_BOUNDS``) against llama.cpp's limits and against
+   the tensors the file holds (``block_count`` 1e9 in a file with 30 blocks of tensors).
 """
 
 from __future__ import annotations
@@ -35,11 +40,35 @@ from typing import Any
 
 from venus_edge.errors import ModelLoadError, ModelNotFoundError
 
-__all__ = ["GGUFHeader", "ModelHeader", "StringArray", "TensorInfo", "check_gguf_file", "read_gguf_header",
-           "read_model_header"]
+__all__ = ["MODEL_BOUNDS", "GGUFHeader", "ModelHeader", "StringArray", "TensorInfo", "check_gguf_file",
+           "read_gguf_header", "read_model_header"]
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4  # ggml/include/ggml.h; gguf_init_from_file refuses a tensor with more
+_INT64_MAX = (1 << 63) - 1
+# Fewest bytes a header entry can take, to bound a count by the bytes left: a key/value is a key length (8), one
+# key byte, a type (4) and a one-byte value; a tensor info is a name length (8), one name byte, n_dims (4), a type
+# (4) and an offset (8); an array item is one byte (a string item: its 8-byte length).
+_MIN_KV_BYTES, _MIN_TENSOR_INFO_BYTES = 14, 25
+
+# Bounds of a model's dimensions ({arch}.KEY -> (lowest, highest)), checked before a plan or llama.cpp sees them.
+# block_count and expert_count are llama.cpp's own limits (LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS in
+# src/llama-hparams.h; beyond them llama_model::load_hparams aborts the process); the others are far above any
+# released model (Llama 3.1 405B: embedding 16,384, FFN 53,248, 128 heads; Llama 4 Scout: 10M context).
+MODEL_BOUNDS: Mapping[str, tuple[int, int]] = {
+    "block_count": (1, 512),
+    "embedding_length": (1, 1 << 17),
+    "feed_forward_length": (0, 1 << 20),
+    "attention.head_count": (1, 1 << 12),
+    "attention.head_count_kv": (0, 1 << 12),
+    "attention.key_length": (1, 1 << 14),
+    "attention.value_length": (1, 1 << 14),
+    "context_length": (1, 1 << 24),
+    "vocab_size": (1, 1 << 24),
+    "expert_count": (0, 1024),
+    "expert_used_count": (0, 1024),
+}
 
 # gguf_type (ggml/include/gguf.h): value type id -> struct format. 8 is STRING, 9 is ARRAY.
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
@@ -175,8 +204,24 @@ class _Cursor:
                                             f"{self.position:,}")
         return self.scalar(_SCALAR_FORMATS[value_type])
 
+    @property
+    def remaining(self) -> int:
+        return len(self.buffer) - self.position
+
+    def check_count(self, count: int, min_item_bytes: int, what: str) -> None:
+        """A count read from the file fits in the bytes left (before anything loops over it or allocates)."""
+        if count * min_item_bytes > self.remaining:
+            raise ModelLoadError(self.path, f"truncated GGUF header, or a count that lies: {what} is {count:,} "
+                                            f"before byte {self.position:,}, more than the {self.remaining:,} bytes "
+                                            f"left hold")
+
     def array(self) -> tuple[Any, ...] | StringArray:
         item_type, count = self.scalar("<I"), self.scalar("<Q")
+        if item_type == _ARRAY:
+            raise ModelLoadError(self.path, f"corrupt GGUF header: an array of arrays before byte {self.position:,} "
+                                            f"(GGUF has no nested arrays)")
+        item_bytes = struct.calcsize(_SCALAR_FORMATS[item_type]) if item_type in _SCALAR_FORMATS else 8
+        self.check_count(count, item_bytes, "an array's length")
         if item_type in _SCALAR_FORMATS:
             item_format = _SCALAR_FORMATS[item_type]
             raw = self.take(count * struct.calcsize(item_format))
@@ -260,31 +305,51 @@ class GGUFHeader:
 
 
 def _parse(buffer: memoryview, path: Path, decode_strings: bool) -> GGUFHeader:
-    """The header of a GGUF buffer (gguf-py/gguf/gguf_reader.py's layout)."""
+    """The header of a GGUF buffer (gguf-py/gguf/gguf_reader.py's layout), its counts and shapes bounded
+    (departure 3)."""
     cursor = _Cursor(buffer, path, decode_strings)
     _check_magic(bytes(cursor.take(4)), path)
     version = cursor.scalar("<I")
     if version not in (2, 3):
         raise ModelLoadError(path, f"GGUF version {version} is not supported (expected 2 or 3)")
     n_tensors, n_kv = cursor.scalar("<Q"), cursor.scalar("<Q")
+    cursor.check_count(n_kv, _MIN_KV_BYTES, "the metadata key count")
     metadata: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cursor.string()
+        if key in metadata:
+            raise ModelLoadError(path, f"corrupt GGUF header: metadata key {key!r} appears twice")
         metadata[key] = cursor.value(cursor.scalar("<I"))
-    tensors = []
-    for _ in range(n_tensors):
-        name = cursor.string()
-        n_dims = cursor.scalar("<I")
-        if n_dims > 8:
-            raise ModelLoadError(path, f"corrupt GGUF header: tensor {name!r} has {n_dims} dimensions (at most 8)")
-        shape = tuple(cursor.scalar("<Q") for _ in range(n_dims))
-        ggml_type, offset = cursor.scalar("<I"), cursor.scalar("<Q")
-        tensors.append(TensorInfo(name, shape, ggml_type, offset, _tensor_bytes(shape, ggml_type)))
+    cursor.check_count(n_tensors, _MIN_TENSOR_INFO_BYTES, "the tensor count")
     alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or alignment < 1:
-        raise ModelLoadError(path, f"corrupt GGUF header: general.alignment is {alignment!r}")
+    if not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):
+        raise ModelLoadError(path, f"corrupt GGUF header: general.alignment is {alignment!r} (a power of 2 expected)")
+    tensors: dict[str, TensorInfo] = {}
+    for _ in range(n_tensors):
+        tensor = _tensor_info(cursor, path, alignment)
+        if tensor.name in tensors:
+            raise ModelLoadError(path, f"corrupt GGUF header: tensor {tensor.name!r} appears twice")
+        tensors[tensor.name] = tensor
     data_offset = -(-cursor.position // alignment) * alignment
-    return GGUFHeader(path, version, metadata, tuple(tensors), data_offset, len(buffer))
+    return GGUFHeader(path, version, metadata, tuple(tensors.values()), data_offset, len(buffer))
+
+
+def _tensor_info(cursor: _Cursor, path: Path, alignment: int) -> TensorInfo:
+    """One tensor info, refused when its shape overflows int64 or its offset is not aligned (``gguf.cpp``'s rules)."""
+    name = cursor.string()
+    n_dims = cursor.scalar("<I")
+    if n_dims > GGML_MAX_DIMS:
+        raise ModelLoadError(path, f"corrupt GGUF header: tensor {name!r} has {n_dims} dimensions (at most "
+                                   f"{GGML_MAX_DIMS})")
+    shape = tuple(cursor.scalar("<Q") for _ in range(n_dims))
+    if math.prod(shape) > _INT64_MAX:
+        raise ModelLoadError(path, f"corrupt GGUF header: tensor {name!r} has shape {shape}, more than 2**63 - 1 "
+                                   f"elements")
+    ggml_type, offset = cursor.scalar("<I"), cursor.scalar("<Q")
+    if offset % alignment:
+        raise ModelLoadError(path, f"corrupt GGUF header: tensor {name!r} starts at data offset {offset:,}, not a "
+                                   f"multiple of the alignment {alignment}")
+    return TensorInfo(name, shape, ggml_type, offset, _tensor_bytes(shape, ggml_type))
 
 
 def _sizes_known(header: GGUFHeader) -> bool:
@@ -293,10 +358,10 @@ def _sizes_known(header: GGUFHeader) -> bool:
 
 
 def _check_data_present(header: GGUFHeader) -> None:
-    """The file holds all the tensor data its header promises (when the sizes are known)."""
-    if header.tensors and _sizes_known(header):
-        last = max(header.tensors, key=lambda t: t.offset + t.n_bytes)
-        end = header.data_offset + last.offset + last.n_bytes
+    """The file holds all the tensor data its header promises (the start of each tensor when its size is unknown)."""
+    if header.tensors:
+        last = max(header.tensors, key=lambda t: t.offset + max(t.n_bytes, 0))
+        end = header.data_offset + last.offset + max(last.n_bytes, 0)
         if end > header.file_size_bytes:
             raise ModelLoadError(header.path, f"truncated GGUF file: tensor {last.name} ends at byte {end:,}, the "
                                               f"file has {header.file_size_bytes:,}")
@@ -319,6 +384,7 @@ def _header_from_metadata(metadata: Mapping[str, Any], tensors: list[TensorInfo]
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str):
         raise ModelLoadError(path, "the GGUF header has no general.architecture")
+    _check_model_bounds(metadata, arch, path)
 
     def number(key: str, default: int | None = None) -> int:
         value = _largest(metadata.get(f"{arch}.{key}", default))
@@ -327,13 +393,11 @@ def _header_from_metadata(metadata: Mapping[str, Any], tensors: list[TensorInfo]
         return value
 
     n_embd, n_head = number("embedding_length"), number("attention.head_count")
-    if n_head < 1:
-        raise ModelLoadError(path, f"the GGUF header has {arch}.attention.head_count = 0")
     tokens = metadata.get("tokenizer.ggml.tokens")
     n_vocab = number("vocab_size", tokens.length if isinstance(tokens, StringArray) else None)
     n_ctx_train = metadata.get(f"{arch}.context_length")
     file_type = metadata.get("general.file_type")
-    return ModelHeader(
+    header = ModelHeader(
         architecture=arch,
         n_layer=number("block_count"),
         n_head=n_head,
@@ -351,6 +415,59 @@ def _header_from_metadata(metadata: Mapping[str, Any], tensors: list[TensorInfo]
         tensors=tuple(tensors),
         metadata=metadata,
     )
+    _check_against_tensors(header, {t.name: t for t in tensors})
+    return header
+
+
+def _check_model_bounds(metadata: Mapping[str, Any], arch: str, path: Path) -> None:
+    """Each dimension in ``MODEL_BOUNDS`` (a scalar or a per-layer array) lies in its bounds (departure 3)."""
+    n_layer = metadata.get(f"{arch}.block_count")
+    for key, (lowest, highest) in MODEL_BOUNDS.items():
+        value = metadata.get(f"{arch}.{key}")
+        if value is None:
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        for item in values:
+            if not isinstance(item, int) or isinstance(item, bool) or not lowest <= item <= highest:
+                shown = f"{item:,}" if isinstance(item, int) and not isinstance(item, bool) else repr(item)
+                raise ModelLoadError(path, f"{arch}.{key} is {shown} in the GGUF header; it must be an integer in "
+                                           f"[{lowest:,}, {highest:,}]")
+        if isinstance(value, tuple) and len(value) != n_layer:
+            raise ModelLoadError(path, f"{arch}.{key} has {len(value):,} per-layer values in the GGUF header, "
+                                       f"{arch}.block_count is {n_layer!r}")
+    n_nextn = metadata.get(f"{arch}.nextn_predict_layers", 0)
+    # another GGML_ASSERT in llama_model::load_hparams
+    if isinstance(n_layer, int) and (not isinstance(n_nextn, int) or not 0 <= n_nextn <= n_layer):
+        raise ModelLoadError(path, f"{arch}.nextn_predict_layers is {n_nextn!r} in the GGUF header; it must be an "
+                                   f"integer in [0, {arch}.block_count = {n_layer}]")
+    n_expert = metadata.get(f"{arch}.expert_count", 0)
+    if _largest(metadata.get(f"{arch}.expert_used_count", 0)) > n_expert:
+        raise ModelLoadError(path, f"{arch}.expert_used_count is more than {arch}.expert_count ({n_expert}) in the "
+                                   f"GGUF header")
+
+
+def _check_against_tensors(header: ModelHeader, tensors: Mapping[str, TensorInfo]) -> None:
+    """The dimensions agree with the tensors the file holds (llama.cpp's tensor names, src/llama-arch.cpp)."""
+    arch, path = header.architecture, header.path
+    assert path is not None
+    blocks = {int(name.split(".")[1]) for name in tensors if name.startswith("blk.") and name.split(".")[1].isdigit()}
+    if blocks and blocks != set(range(header.n_layer)):
+        raise ModelLoadError(path, f"{arch}.block_count is {header.n_layer:,} in the GGUF header, the file holds "
+                                   f"tensors of {len(blocks):,} blocks ({min(blocks)}..{max(blocks)})")
+    uniform_heads = not isinstance(header.metadata.get(f"{arch}.attention.head_count_kv"), tuple)
+    expected = {  # tensor -> (dimension, value, key it comes from); ggml order: a weight's row length first
+        "token_embd.weight": ((0, header.n_embd, "embedding_length"), (1, header.n_vocab, "vocab_size")),
+        "blk.0.attn_q.weight": ((0, header.n_embd, "embedding_length"),),
+        "blk.0.ffn_up.weight": ((1, header.n_ff, "feed_forward_length"),),
+        "blk.0.attn_k.weight": ((1, header.n_head_kv * header.head_dim_k, "attention.head_count_kv * key_length"),)
+        if uniform_heads else (),
+    }
+    for name, checks in expected.items():
+        shape = tensors[name].shape if name in tensors else ()
+        for dimension, value, key in checks:
+            if len(shape) > dimension and shape[dimension] != value:
+                raise ModelLoadError(path, f"{arch}.{key} is {value:,} in the GGUF header, tensor {name} has shape "
+                                           f"{shape}")
 
 
 def read_gguf_header(path: str | Path, *, decode_strings: bool = False) -> GGUFHeader:

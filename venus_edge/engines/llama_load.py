@@ -1,0 +1,106 @@
+"""``llama_diagnostics``: load a llama.cpp model or context without losing what llama.cpp says about a failure.
+
+With ``verbose=False`` llama-cpp-python points file descriptors 1 and 2 at ``/dev/null`` while it loads a model or
+creates a context (``suppress_stdout_stderr`` in ``llama_cpp/_utils.py``), and its log callback prints errors to
+the ``sys.stderr`` it has just replaced. Two things were lost that way:
+
+1. the error lines llama.cpp logs before a load fails (``llama_model_load: error loading model: ...``): llama-cpp-
+   python then raises only "Failed to load model from file". They are collected here and go into the
+   ``ModelLoadError``;
+2. the message of a ``GGML_ASSERT`` that aborts the process (``ggml_abort`` in ggml/src/ggml.c prints it to fd 2
+   and calls ``abort()``): the process ended with status 134 and printed nothing. An abort callback
+   (``ggml_set_abort_callback``) writes it to the real standard error, saved before the load, with the file being
+   loaded; the process still ends (llama.cpp cannot go on after an assert), but the user reads why.
+
+Both callbacks are process-wide in llama.cpp, so loads take a lock and put the previous callbacks back after.
+
+Usage::
+
+    with llama_diagnostics(path) as errors:
+        model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+    # on failure: raise ModelLoadError(path, failure_reason(exc, errors))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp import _logger
+
+__all__: list[str] = []  # internal to the engines and quantize's quality gates
+
+# ggml_log_level (ggml/include/ggml.h; llama_cpp/_logger.py has an older numbering): ERROR, and CONT for the
+# continuation of the line before it.
+_LOG_ERROR, _LOG_CONT = 4, 5
+_ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # ggml_abort_callback_t(const char * error_message)
+_load_lock = threading.Lock()
+
+
+def _ggml_base() -> ctypes.CDLL | None:
+    """The libggml-base that llama-cpp-python's libllama uses, or None when it lacks an abort callback.
+
+    Looked up through libllama's handle (``dlsym`` searches its dependencies): the wheel's ``lib/`` folder holds
+    copies, not links, of ``libggml-base.so`` and ``libggml-base.so.0``, and opening the first by path would load
+    a second ggml whose abort callback libllama never calls.
+    """
+    library: ctypes.CDLL = llama_cpp.llama_cpp._lib
+    if not hasattr(library, "ggml_set_abort_callback"):
+        return None
+    library.ggml_set_abort_callback.restype = ctypes.c_void_p
+    library.ggml_set_abort_callback.argtypes = [ctypes.c_void_p]
+    return library
+
+
+_GGML_BASE = _ggml_base()
+
+
+@contextlib.contextmanager
+def llama_diagnostics(path: Path) -> Iterator[list[str]]:
+    """Run a llama.cpp load with its error lines collected (the list yielded) and its abort message shown.
+
+    Args:
+        path: the model file, named in the abort message.
+
+    Yields:
+        The error lines llama.cpp logs during the block, stripped, in order.
+    """
+    errors: list[str] = []
+    last_level = 0
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def collect(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+        nonlocal last_level
+        last_level = last_level if level == _LOG_CONT else level
+        if last_level == _LOG_ERROR and text.strip():
+            errors.append(text.decode("utf-8", "replace").strip())
+
+    with _load_lock:
+        stderr_fd = os.dup(2)  # the real standard error, before llama-cpp-python points fd 2 at /dev/null
+
+        @_ABORT_CALLBACK  # type: ignore[untyped-decorator]
+        def show_abort(message: bytes) -> None:
+            text = message.decode("utf-8", "replace")
+            os.write(stderr_fd, f"venus-edge: llama.cpp aborted while loading {path}: {text}\n".encode())
+
+        previous_abort = None if _GGML_BASE is None else _GGML_BASE.ggml_set_abort_callback(
+            ctypes.cast(show_abort, ctypes.c_void_p))
+        llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
+        try:
+            yield errors
+        finally:
+            llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+            if _GGML_BASE is not None:
+                _GGML_BASE.ggml_set_abort_callback(previous_abort)
+            os.close(stderr_fd)
+
+
+def failure_reason(error: Exception, errors: list[str]) -> str:
+    """The reason for a ``ModelLoadError``: llama-cpp-python's exception and the error lines llama.cpp logged."""
+    logged = "; ".join(line for line in errors if line)
+    return f"{error}: {logged}" if logged else str(error)
