@@ -154,7 +154,7 @@ def test_two_threads_writing_one_session_the_second_is_refused(tmp_path):
     assert odd.path.parent == Path(f"{journal}.locks") and len(odd.path.stem) == 64
 
 
-def test_a_resume_waits_for_nothing_it_rereads_the_journal_under_the_lock(tmp_path):
+def test_a_resume_reads_the_journal_again_once_it_holds_the_lock(tmp_path):
     """A writer that ends the session between another writer's read and its lock: the late one is refused as
     ended, it does not write the session again."""
     journal = tmp_path / "j.jsonl"
@@ -345,7 +345,8 @@ def test_resume_says_what_the_journal_holds(tmp_path):
 # ---------------------------------------------------------------------------------------------- kind 2: reading
 def test_a_lone_surrogate_in_a_record_is_read_as_u_fffd_and_the_history_pages_answer(tmp_path):
     """A record holding ``"\\ud800"`` (valid JSON, no valid text) made every history page answer 500, also after a
-    restart. It reads back with U+FFFD in its place, noted with its line, on the running server and a new one."""
+    restart. It reads back with U+FFFD in its place, noted with its line, on the running server and a new one; a
+    NaN or infinity (JSON has neither) is served as null."""
     journal = tmp_path / "j.jsonl"
     service = ResearchService([ScriptedEngine([answer_turn("fine")])], [EchoTool()], AgentConfig(),
                               journal_path=journal)
@@ -358,7 +359,8 @@ def test_a_lone_surrogate_in_a_record_is_read_as_u_fffd_and_the_history_pages_an
                 out.write('{"record": "start", "schema_version": 1, "session_id": "bad", "question": "why \\ud800?", '
                           '"system_prompt": "p", "started_at": "2026-01-01T00:00:00+00:00"}\n')
                 out.write('{"record": "turn", "session_id": "bad", "turn": 0, "content": "c", '
-                          '"tool_call": {"name": "echo", "arguments": {"query": ["\\udfff"]}}, '
+                          '"tool_call": {"name": "echo", "arguments": {"query": ["\\udfff"], "n": NaN}}, '
+                          '"tool_failures": [{"waited_s": Infinity}], '
                           '"observation": "<tool_response>\\nx \\ud83d\\n</tool_response>"}\n')
             listed = httpx.get(f"{server.url}/v1/sessions")
             view = httpx.get(f"{server.url}/v1/sessions/bad")
@@ -366,7 +368,8 @@ def test_a_lone_surrogate_in_a_record_is_read_as_u_fffd_and_the_history_pages_an
         service.close()
     assert listed.status_code == view.status_code == 200, (listed.text, view.text)
     assert {s["question"] for s in listed.json()["sessions"]} == {"good", "why \ufffd?"}
-    assert view.json()["turns"][0]["tool_call"]["arguments"] == {"query": ["\ufffd"]}
+    assert view.json()["turns"][0]["tool_call"]["arguments"] == {"query": ["\ufffd"], "n": None}  # JSON has no NaN
+    assert view.json()["turns"][0]["tool_failures"] == [{"waited_s": None}]
     relisted, views = _served(journal)  # a restart: a new service and app on the same journal
     assert len(relisted["sessions"]) == 2 and "x \ufffd" in next(v for v in views if v["session_id"] == "bad")[
         "turns"][0]["observation"]
@@ -429,3 +432,22 @@ def test_every_way_a_session_ends_writes_the_end_record_the_caller_got(tmp_path)
     [end] = end_records(journal)
     assert end["termination"] == "error" and "ZeroDivisionError: engine bug" in end["error"]
     assert end["turns"] == 1 and not Path(f"{journal}.locks").exists()
+
+
+def test_a_client_that_disconnects_leaves_a_cancelled_end_record_a_restart_shows(tmp_path):
+    journal = tmp_path / "j.jsonl"
+    engine = ScriptedEngine([answer_turn("y" * 2_000)], piece_chars=8, delay_s=0.01)
+    service = ResearchService([engine], [EchoTool()], AgentConfig(), journal_path=journal)
+    try:
+        with UvicornThread(create_app(service)) as server:
+            with httpx.stream("POST", f"{server.url}/v1/research", json={"question": "q"}, timeout=30) as response:
+                session_id = response.headers["x-session-id"]
+                next(kind for kind, _, _ in read_sse(response) if kind == "text")  # then the client leaves
+            handle = service.get(session_id)
+            assert handle is not None and handle.wait(30)
+    finally:
+        service.close()
+    assert handle.result is not None and handle.result.termination == "cancelled"
+    assert [e["termination"] for e in end_records(journal)] == ["cancelled"]
+    listed, _ = _served(journal)
+    assert [(s["state"], s["termination"]) for s in listed["sessions"]] == [("finished", "cancelled")]

@@ -312,8 +312,13 @@ class Agent:
         Setting ``cancel`` (from any thread) ends the session with termination ``cancelled``: a turn being
         decoded stops at its next token and is dropped, a running tool call finishes first; the journal gets the
         end record. Closing the generator early also stops the decode, but leaves the session without an end
-        record (resumable, as a killed process). ``session_id`` names the session in events and journal (default
-        a new random hex id).
+        record (resumable, as a killed process). An exception from the engine or the loop writes the end record
+        with termination ``error`` and goes on to the caller. ``session_id`` names the session in events and
+        journal (default a new random hex id).
+
+        Raises:
+            SessionLockedError: (when the generator starts) another writer is writing ``session_id`` to the same
+                journal (``venus_edge.session_lock``).
         """
         return _Session(self, question, cancel=cancel, session_id=session_id).run()
 

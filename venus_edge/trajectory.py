@@ -34,6 +34,13 @@ whole. A turn whose text needed leniency to parse holds the history's canonical 
 as generated in ``generated``; ``tool_call`` holds the arguments coerced to the tool's schema and
 ``dropped_arguments`` / ``argument_changes`` say what coercion did (absent from older journals: read back empty).
 
+One process writes a session at a time: the agent holds the session's lock (``venus_edge.session_lock``) while it
+writes, so two resumes of one session cannot both append turns. Reading checks what every reader relies on: each
+record's fields by type (a record of another shape is skipped, with its line and reason), turn indices that continue
+0, 1, 2, ... (a repeat is skipped, a gap noted), nothing after the end record; a lone surrogate (a ``"\ud800"``
+escape) reads as U+FFFD. A reader therefore never fails on one record, and ``Agent.resume`` refuses a session with
+any such line, naming it.
+
 ``tool_attempts`` lists the tool's backend attempts that did not simply succeed first time (``ToolAttempt.to_dict``:
 rate limits, fallbacks, back-off waits). A turn record is ``Turn.to_dict()`` (``venus_edge.turn``) and reads back as a
 ``Turn``; fields added since schema 1 was first written (``kind``, ``logprobs``, ``tool_attempts``, ...) read back

@@ -30,6 +30,7 @@ import asyncio
 import collections
 import hmac
 import json
+import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
@@ -180,8 +181,8 @@ def create_app(
                                              "state": handle.state, "termination": result and result.termination,
                                              "answer": result and result.answer,
                                              "started_at": _iso(handle.submitted_at), "turns": 0}
-        return {"sessions": sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True),
-                "skipped_lines": [{"line": s.line, "reason": s.reason} for s in journal.skipped]}
+        return _finite({"sessions": sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True),
+                        "skipped_lines": [{"line": s.line, "reason": s.reason} for s in journal.skipped]})
 
     @app.get("/v1/sessions/{session_id}")
     async def session(session_id: str) -> dict[str, Any]:
@@ -198,7 +199,7 @@ def create_app(
                 result = handle.result
                 view.update(termination=result.termination, answer=result.answer, sources=result.sources,
                             unvisited_citations=result.unvisited_citations)
-        return view
+        return _finite(view)
 
     @app.get("/v1/sessions/{session_id}/events", response_model=None)
     async def session_events(session_id: str, request: Request) -> Any:
@@ -305,6 +306,18 @@ async def _ended_unless_gone(handle: SessionHandle, request: Request, poll_s: fl
         return True
     finally:
         stop()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each NaN or infinity as null: a journal may hold them (a model's JSON, a hand-written
+    record), JSON may not, and one of them would make the whole history page fail."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
 
 
 def _iso(timestamp: float) -> str:
