@@ -16,7 +16,8 @@ The layers, lowest first (ARCHITECTURE.md; an import may only point down or side
    ``lazy`` (these exports)
 1. ``memory``: the GGUF header reader, the memory planner, what the machine offers
 2. ``engines`` (and ``testing``, whose scripted engine needs only ``engines.base``)
-3. the agent: ``agent``, ``policies``, ``events``, ``result``, ``turn``, ``trajectory``, ``toolbox``; and ``quantize``
+3. the agent: ``agent``, ``policies``, ``events``, ``result``, ``turn``, ``trajectory``, ``session_lock``,
+   ``toolbox``; and ``quantize``
 4. ``session`` (``SessionSettings``, ``open_session``) and ``flags`` (the command line's session flags)
 5. ``eval``, ``server``, ``bench``
 6. ``cli``, ``train``
@@ -30,7 +31,7 @@ from venus_edge.lazy import LazyExports as _LazyExports
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
 # Keys are module paths under venus_edge; the engines' names come from their modules in venus_edge.engines.
 _MODULE_EXPORTS = {
-    "agent": ("Agent", "AgentConfig"),
+    "agent": ("Agent", "AgentConfig", "resumable_session"),
     "result": ("Result", "SessionTotals"),
     "engines.base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
                      "stream_generation"),
@@ -41,14 +42,15 @@ _MODULE_EXPORTS = {
     "engines.prompt_cache": ("PromptCache", "PromptCacheCounts", "default_prompt_cache_dir", "stable_prefix_length"),
     "engines.vocab": ("Vocabulary",),
     "errors": ("ContextOverflowError", "ContextSettingsError", "EngineConnectionError", "EngineStateError",
-               "GenerationCancelled", "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "TrajectoryError",
-               "VenusEdgeError"),
+               "GenerationCancelled", "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "SessionLockedError",
+               "TrajectoryError", "VenusEdgeError"),
     "events": ("ContextCompacted", "ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted",
                "TextDelta", "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried",
                "TurnStarted"),
     "grammar": ("GrammarLimits",),
     "policies": ("POLICIES", "Compaction", "CompactionContext", "ContextPolicy", "ForceAnswer", "KeepLastK",
                  "Summarize", "make_policy"),
+    "session_lock": ("SessionLock",),
     "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
     "turn": ("Turn",),
@@ -57,7 +59,7 @@ _MODULE_EXPORTS = {
 _EXPORTS = _LazyExports(__name__, _MODULE_EXPORTS)
 
 if _TYPE_CHECKING:
-    from venus_edge.agent import Agent, AgentConfig
+    from venus_edge.agent import Agent, AgentConfig, resumable_session
     from venus_edge.engines.base import (
         Completion,
         Engine,
@@ -87,6 +89,7 @@ if _TYPE_CHECKING:
         MemoryPlanError,
         ModelLoadError,
         ModelNotFoundError,
+        SessionLockedError,
         TrajectoryError,
         VenusEdgeError,
     )
@@ -117,6 +120,7 @@ if _TYPE_CHECKING:
         make_policy,
     )
     from venus_edge.result import Result, SessionTotals
+    from venus_edge.session_lock import SessionLock
     from venus_edge.toolbox import MergedSearchBackend, close_tools, default_tools
     from venus_edge.tools import Tool, ToolError, ToolResult
     from venus_edge.trajectory import (

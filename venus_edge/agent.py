@@ -42,7 +42,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from datetime import date as Date
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,13 +75,14 @@ from venus_edge.events import (
 from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar
 from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
 from venus_edge.result import Result, SessionTotals
+from venus_edge.session_lock import SessionLock
 from venus_edge.text import valid_text
 from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError
-from venus_edge.trajectory import Trajectory, TrajectoryWriter, read_journal, rebuild_messages
+from venus_edge.trajectory import Journal, Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
-__all__ = ["Agent", "AgentConfig"]
+__all__ = ["Agent", "AgentConfig", "resumable_session"]
 logger = logging.getLogger(__name__)
 
 # Termination reasons, as the reference loop records them.
@@ -94,6 +95,9 @@ TIMEOUT = "timeout"
 LLM_ERROR = "llm_error"
 #: Ended by the caller (``cancel`` set): the turn in flight stops at its next token and is not recorded.
 CANCELLED = "cancelled"
+#: Ended by an unexpected exception (an engine's, a bug): the end record holds it as ``error`` and the exception
+#: goes on to the caller (the server answers ``session_finished`` with this termination).
+ERROR = "error"
 
 #: The least room, in tokens, that n_ctx must leave for the question and the research after the system prompt and
 #: the answer reserve; settings leaving less are refused when the agent is built.
@@ -177,18 +181,46 @@ class AgentConfig:
         Raises:
             ValueError: a value is out of range.
         """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"config {data!r} is not an object")
         known = {spec for spec in cls.__dataclass_fields__}
         values = {key: value for key, value in data.items() if key in known}
         try:
             if isinstance(values.get("sampling"), Mapping):
-                values["sampling"] = SamplingParams(**values["sampling"])
+                values["sampling"] = SamplingParams(**_checked(SamplingParams, values["sampling"]))
             if isinstance(values.get("grammar_limits"), Mapping):
-                values["grammar_limits"] = GrammarLimits(**values["grammar_limits"])
+                values["grammar_limits"] = GrammarLimits(**_checked(GrammarLimits, values["grammar_limits"]))
             if isinstance(values.get("today"), str):
                 values["today"] = Date.fromisoformat(values["today"])
-            return cls(**values)
+            return cls(**_checked(cls, values))
         except TypeError as exc:
             raise ValueError(f"config {dict(data)!r}: {exc}") from exc
+
+
+def _field_default(spec: Field[Any]) -> Any:
+    """The default of a dataclass field (its factory called), or ``MISSING`` for a field without one."""
+    if spec.default is not MISSING:
+        return spec.default
+    factory = spec.default_factory
+    return factory() if callable(factory) else MISSING
+
+
+def _checked(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` for the dataclass ``cls``, each of its field's type (that of the field's default: an int where
+    the default is a float is fine; a bool is not an int). None stays None where the default is None.
+
+    Raises:
+        ValueError: a value of another type (a hand-edited or foreign journal), named with the type expected.
+    """
+    defaults = {spec.name: default for spec in fields(cls) if (default := _field_default(spec)) is not MISSING}
+    for name, value in values.items():
+        default = defaults.get(name)
+        if default is None:
+            continue
+        expected: tuple[type, ...] = (int, float) if type(default) is float else (type(default),)
+        if isinstance(value, bool) is not isinstance(default, bool) or not isinstance(value, expected):
+            raise ValueError(f"{name} is {value!r}, not a {type(default).__name__}")
+    return dict(values)
 
 
 @dataclass
@@ -289,8 +321,13 @@ class Agent:
         Setting ``cancel`` (from any thread) ends the session with termination ``cancelled``: a turn being
         decoded stops at its next token and is dropped, a running tool call finishes first; the journal gets the
         end record. Closing the generator early also stops the decode, but leaves the session without an end
-        record (resumable, as a killed process). ``session_id`` names the session in events and journal (default
-        a new random hex id).
+        record (resumable, as a killed process). An exception from the engine or the loop writes the end record
+        with termination ``error`` and goes on to the caller. ``session_id`` names the session in events and
+        journal (default a new random hex id).
+
+        Raises:
+            SessionLockedError: (when the generator starts) another writer is writing ``session_id`` to the same
+                journal (``venus_edge.session_lock``).
         """
         return _Session(self, question, cancel=cancel, session_id=session_id).run()
 
@@ -315,9 +352,12 @@ class Agent:
         Totals (tokens, seconds, retries) count what the journal recorded: the accepted sample of each turn.
 
         Raises:
-            TrajectoryError: no such file, no such session, the session already ended, its config cannot be read,
-                or it was recorded with other tools (resume with the same tools, or with a replay of their
-                recording).
+            TrajectoryError: no such file, an empty or unreadable journal, no such session, the session already
+                ended, its turn records do not continue 0, 1, 2, ... or one of its records was skipped (the line is
+                named), its config cannot be read, or it was recorded with other tools (resume with the same tools,
+                or with a replay of their recording).
+            SessionLockedError: (when the generator starts) another writer is writing the session; the journal is
+                read again once the lock is held, so a session that writer ended meanwhile is refused as ended.
             ContextSettingsError: the recorded config does not fit this engine's ``n_ctx``.
         """
         path = Path(journal_path)
@@ -367,18 +407,62 @@ def _last_result(stream: Iterable[Event]) -> Result:
 
 
 def _resumable(path: Path, session_id: str | None) -> Trajectory:
-    sessions = read_journal(path).trajectories
+    """The session to resume (``session_id``, or the last one without an end record), checked: its turn records
+    continue 0, 1, 2, ... and none of its records was skipped (a repeated turn, a wrong type), or it is refused
+    with the line and the reason. Each message says what the journal holds."""
+    journal = read_journal(path)
     if session_id is not None:
-        found = [t for t in sessions if t.session_id == session_id]
+        found = [t for t in journal.trajectories if t.session_id == session_id]
         if not found:
-            raise TrajectoryError(path, 0, f"no session {session_id} in the journal")
+            raise TrajectoryError(path, 0, f"no session {session_id} in the journal; {_holds(journal)}")
         if found[0].termination != "incomplete":
             raise TrajectoryError(path, 0, f"session {session_id} ended ({found[0].termination}); nothing to resume")
-        return found[0]
-    incomplete = [t for t in sessions if t.termination == "incomplete"]
-    if not incomplete:
-        raise TrajectoryError(path, 0, "every session in the journal ended; nothing to resume")
-    return incomplete[-1]
+        chosen = found[0]
+    else:
+        incomplete = [t for t in journal.trajectories if t.termination == "incomplete"]
+        if not incomplete:
+            if journal.trajectories:
+                raise TrajectoryError(path, 0, f"every session in the journal ended; nothing to resume "
+                                               f"({_holds(journal)})")
+            raise TrajectoryError(path, 0, f"nothing to resume: {_holds(journal)}")
+        chosen = incomplete[-1]
+    problems = journal.problems(chosen.session_id)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise TrajectoryError(path, first.line, f"session {chosen.session_id} cannot be resumed: {first.reason}{more}; "
+                                                "resuming would repeat or lose turns")
+    return chosen
+
+
+def resumable_session(journal_path: str | Path, session_id: str | None = None) -> Trajectory:
+    """The session ``Agent.resume_events`` would continue, checked before any model is loaded: the journal holds
+    it, it has no end record, its turn records continue, and no other writer holds its lock (the lock is only
+    tried here; the session takes it when it runs).
+
+    Raises:
+        TrajectoryError: as ``Agent.resume_events``; ``SessionLockedError`` when another writer holds it.
+    """
+    path = Path(journal_path)
+    trajectory = _resumable(path, session_id)
+    lock = SessionLock(path, trajectory.session_id)
+    with contextlib.suppress(OSError):  # a folder we may not write: the session itself will say so
+        lock.acquire()
+    lock.release()
+    return trajectory
+
+
+def _holds(journal: Journal) -> str:
+    """What a journal holds, in words, for a message that found nothing to resume."""
+    if journal.trajectories:
+        ended = sum(t.termination != "incomplete" for t in journal.trajectories)
+        ids = ", ".join(t.session_id for t in journal.trajectories[-5:])
+        return (f"it holds {len(journal.trajectories)} session(s), {ended} ended (the last: {ids})")
+    if journal.skipped:
+        first = journal.skipped[0]
+        return (f"the journal holds no readable session: {len(journal.skipped)} line(s) skipped, the first at line "
+                f"{first.line}: {first.reason}")
+    return "the journal is empty"
 
 
 @dataclass(frozen=True)
@@ -419,6 +503,8 @@ class _Session:
         self.journal_path = journal_path or agent.trajectory_path
         self.journal = TrajectoryWriter(self.journal_path, self.session_id) if self.journal_path else None
         self.pending_notice: str | None = None
+        self.journal_started = resumed is not None  # the start record is in the journal
+        self.ended = False  # the end record was written (``_finish``)
         self.policy = agent.new_policy(self.config)
         self._segments: dict[tuple[int, str], list[int]] = {}
         self._sampled: dict[int, _Sampled] = {}  # message index -> how the turn it holds was sampled
@@ -426,8 +512,6 @@ class _Session:
         self._notice_tokens = len(self.engine.tokenize(protocol.render_messages(
             [{"role": "user", "content": protocol.observation(protocol.CONTEXT_LIMIT_NOTICE)}],
             add_generation_prompt=True)))
-        if resumed:
-            self._restore(resumed)
 
     @property
     def reserve(self) -> int:
@@ -488,8 +572,14 @@ class _Session:
 
     # ------------------------------------------------------------------------------------------- main loop
     def run(self) -> Generator[Event, None, Result]:
-        """The session; a model server that fails (``EngineConnectionError``, after its retries) ends it with
-        ``llm_error`` and an ``ErrorRaised`` event, its journal whole."""
+        """The session, written under its journal lock (``venus_edge.session_lock``: one writer per session).
+
+        Every way it ends writes the end record: a model server that fails (``EngineConnectionError``, after its
+        retries) ends it with ``llm_error`` and an ``ErrorRaised`` event; any other exception (an engine's, a bug)
+        writes the end record with ``error`` and goes on to the caller. Only a closed generator or a killed
+        process (KeyboardInterrupt) leaves it without one, resumable.
+        """
+        lock = self._lock_journal()
         try:
             return (yield from self._loop())
         except (_Cancelled, GenerationCancelled):  # the latter from an engine that lets it out of generate
@@ -497,11 +587,45 @@ class _Session:
         except EngineConnectionError as exc:
             yield ErrorRaised(self.turns, "engine", f"{type(exc).__name__}: {exc}")
             return (yield from self._end(LLM_ERROR, None))
+        except Exception as exc:
+            if self.journal_started and not self.ended:
+                self._finish(ERROR, None, error="".join(traceback.format_exception_only(exc)).strip())
+            raise
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _lock_journal(self) -> SessionLock | None:
+        """Take the session's journal lock (None without a journal); a resumed session is read again under it,
+        so that what another writer added before it let go is not written twice.
+
+        Raises:
+            SessionLockedError: another writer holds the session.
+            TrajectoryError: (resume) the session, read again, ended or cannot be resumed.
+        """
+        if self.journal_path is None:
+            return None
+        lock = SessionLock(self.journal_path, self.session_id)
+        try:
+            lock.acquire()
+        except OSError as exc:  # a folder we may not write: the journal's own writes will say so
+            logger.warning("cannot lock session %s of %s (%s); it is written without its lock", self.session_id,
+                           self.journal_path, exc)
+            return None
+        try:
+            if self.resumed is not None:
+                self.resumed = _resumable(self.journal_path, self.session_id)
+                self._restore(self.resumed)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
 
     def _loop(self) -> Generator[Event, None, Result]:
         prompt_tokens = len(self._prompt_ids())
         model = self.engine.model_info()
         if self.journal and not self.resumed:
+            self.journal_started = True
             self.journal.start(
                 question=self.question, system_prompt=self.system_prompt, tools=self.agent.registry.schemas,
                 model=model, config=self.config.to_dict(),
@@ -890,14 +1014,17 @@ class _Session:
         yield SessionFinished(result)
         return result
 
-    def _finish(self, termination: str, answer: str | None) -> Result:
+    def _finish(self, termination: str, answer: str | None, **extra: Any) -> Result:
+        """Write the end record (``extra`` fields too: ``error``) and return the session's ``Result``."""
+        self.ended = True
         elapsed = round(time.monotonic() - self.start, 3)
         sources = list(self.visited)
         cited = unvisited_citations(answer or "", sources)
         totals = self.totals.rounded()
         if self.journal:
             self.journal.end(termination=termination, answer=answer, sources=sources, unvisited_citations=cited,
-                             messages=self.messages, elapsed_s=elapsed, totals=totals.to_dict(), turns=self.turns)
+                             messages=self.messages, elapsed_s=elapsed, totals=totals.to_dict(), turns=self.turns,
+                             **extra)
         return Result(answer, termination, sources, cited, self.turns, list(self.messages), elapsed, totals,
                       self.journal_path, self.session_id, journal_error=self.journal.error if self.journal else None)
 

@@ -199,6 +199,10 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = SessionSettings.from_args(args)
     if args.samples > 1:
         return _research_samples(args, settings)
+    if args.resume is not None:  # a journal with nothing to resume, or a session being written, before the model loads
+        from venus_edge.agent import resumable_session
+
+        args.session = resumable_session(args.resume, args.session).session_id
     with open_session(settings) as session:
         agent = session.agent(trajectory_path=args.out)
         progress = _Progress(sys.stderr, quiet=args.quiet)

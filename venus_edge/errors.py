@@ -20,6 +20,7 @@ nothing from the package, so every part may import it.
     ├── EngineConnectionError   a model server that cannot be reached or fails (after retries)
     ├── GenerationCancelled     raised by an ``on_text`` callback to stop a generation at its next token
     ├── TrajectoryError         a trajectory journal that cannot be read or resumed
+    │   └── SessionLockedError      a session that another writer is writing (``venus_edge.session_lock``)
     ├── SetupError              a session that cannot be set up from its settings (``venus_edge.session``)
     ├── QuestionTooLongError    a question over the server's limit (``venus_edge.server``; also a ValueError)
     ├── QueueFullError          the server's queue is full (``venus_edge.server``)
@@ -63,6 +64,7 @@ __all__ = [
     "MemoryPlanError",
     "ModelLoadError",
     "ModelNotFoundError",
+    "SessionLockedError",
     "TrajectoryError",
     "VenusEdgeError",
 ]
@@ -173,3 +175,27 @@ class TrajectoryError(VenusEdgeError):
         self.line = line
         where = f"{path}:{line}" if line else str(path)
         super().__init__(f"trajectory {where}: {reason}")
+
+
+class SessionLockedError(TrajectoryError):
+    """Raised when a session's journal lock is held by another writer (``venus_edge.session_lock``): two writers
+    of one session would each append its turns.
+
+    Attributes:
+        session_id: the session.
+        holder: what the holder recorded in the lock file: ``pid``, ``host``, ``thread``, ``command``, ``since``
+            (ISO 8601, UTC); empty when it had not written it yet.
+        lock_path: the lock file.
+    """
+
+    def __init__(self, path: Path, session_id: str, holder: dict[str, object], lock_path: Path) -> None:
+        self.session_id = session_id
+        self.holder = holder
+        self.lock_path = lock_path
+        if holder:
+            who = (f"pid {holder.get('pid')} on {holder.get('host')} (thread {holder.get('thread')}), running "
+                   f"{holder.get('command')!r}, since {holder.get('since')}")
+        else:
+            who = "another writer that has not recorded its name yet"
+        super().__init__(path, 0, f"session {session_id} is being written by {who}; one writer per session: wait "
+                                  f"for it to end (or stop it) and try again (lock file {lock_path})")

@@ -34,6 +34,13 @@ whole. A turn whose text needed leniency to parse holds the history's canonical 
 as generated in ``generated``; ``tool_call`` holds the arguments coerced to the tool's schema and
 ``dropped_arguments`` / ``argument_changes`` say what coercion did (absent from older journals: read back empty).
 
+One process writes a session at a time: the agent holds the session's lock (``venus_edge.session_lock``) while it
+writes, so two resumes of one session cannot both append turns. Reading checks what every reader relies on: each
+record's fields by type (a record of another shape is skipped, with its line and reason), turn indices that continue
+0, 1, 2, ... (a repeat is skipped, a gap noted), nothing after the end record; a lone surrogate (a ``"\ud800"``
+escape) reads as U+FFFD. A reader therefore never fails on one record, and ``Agent.resume`` refuses a session with
+any such line, naming it.
+
 ``tool_attempts`` lists the tool's backend attempts that did not simply succeed first time (``ToolAttempt.to_dict``:
 rate limits, fallbacks, back-off waits). A turn record is ``Turn.to_dict()`` (``venus_edge.turn``) and reads back as a
 ``Turn``; fields added since schema 1 was first written (``kind``, ``logprobs``, ``tool_attempts``, ...) read back
@@ -44,7 +51,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,13 +66,6 @@ from venus_edge.turn import Turn
 __all__ = ["Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"]
 
 SCHEMA_VERSION = 1
-# What each record needs to be read (field -> type); a record without it is skipped and reported.
-_REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "start": {"question": str, "system_prompt": str},
-    "turn": {"content": str},
-    "end": {"termination": str, "messages": list},
-    "compaction": {"turn": int, "messages": list},
-}
 logger = logging.getLogger(__name__)
 
 
@@ -159,67 +160,231 @@ class TrajectoryWriter:
 
 @dataclass(frozen=True)
 class SkippedLine:
-    """A journal line that could not be read: ``line`` is 1-based; ``reason`` says why."""
+    """A journal line that could not be read as written: ``line`` is 1-based; ``reason`` says why;
+    ``session_id`` names its session when the line was a readable record of one (None for a torn or foreign line).
+    """
 
     line: int
     reason: str
+    session_id: str | None = None
 
 
 @dataclass
 class Journal:
-    """What ``read_journal`` found: the sessions, in the order they started, and the lines it had to skip."""
+    """What ``read_journal`` found: the sessions, in the order they started, the lines it had to skip, and the
+    lines it kept with a caveat (``notes``: a gap in a session's turn indices, text that was not valid Unicode).
+    """
 
     trajectories: list[Trajectory]
     skipped: list[SkippedLine]
+    notes: list[SkippedLine] = field(default_factory=list)
+
+    def problems(self, session_id: str) -> list[SkippedLine]:
+        """The skipped lines and notes of one session, in line order (a session with any cannot be resumed)."""
+        return sorted((s for s in self.skipped + self.notes if s.session_id == session_id), key=lambda s: s.line)
 
 
+# ---------------------------------------------------------------------------------------------- record shapes
+# What every reader of a record uses, by type (the agent's resume, training, the server's history pages): a record
+# whose field has another type is skipped and reported, so that no reader meets a value it cannot use.
+_Check = tuple[str, Callable[[Any], bool]]  # (what is expected, in words; the test)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _list_of(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, list) and all(test(item) for item in value)
+
+
+def _or_null(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or test(value)
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("role"), str) and isinstance(value.get("content"), str)
+
+
+def _is_tool_call(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(value.get("arguments"), dict)
+
+
+_STATS_FIGURES = ("prompt_tokens_evaluated", "prompt_tokens_reused", "tokens_decoded", "prefill_s", "decode_s")
+
+
+def _is_stats(value: Any) -> bool:
+    return isinstance(value, dict) and all(_is_number(value[name]) for name in _STATS_FIGURES if name in value)
+
+
+STRING: _Check = ("a string", lambda v: isinstance(v, str))
+STRING_OR_NULL: _Check = ("a string or null", _or_null(lambda v: isinstance(v, str)))
+INTEGER: _Check = ("an integer", _is_int)
+NUMBER: _Check = ("a number", _is_number)
+OBJECT: _Check = ("an object", lambda v: isinstance(v, dict))
+STRINGS: _Check = ("a list of strings", _list_of(lambda v: isinstance(v, str)))
+OBJECTS: _Check = ("a list of objects", _list_of(lambda v: isinstance(v, dict)))
+MESSAGES: _Check = ("a list of {role, content} strings", _list_of(_is_message))
+
+# record kind -> (fields it must have, fields it may have); null is allowed only where the check says so.
+_SHAPES: dict[str, tuple[dict[str, _Check], dict[str, _Check]]] = {
+    "start": ({"question": STRING, "system_prompt": STRING},
+              {"schema_version": INTEGER, "tools": OBJECTS, "model": OBJECT, "config": OBJECT, "started_at": STRING}),
+    "turn": ({"content": STRING}, {
+        "turn": INTEGER, "kind": STRING, "generated": STRING_OR_NULL,
+        "token_ids": ("a list of integers", _list_of(_is_int)),
+        "logprobs": ("a list of numbers or null", _or_null(_list_of(_is_number))),
+        "finish_reason": STRING, "attempts": INTEGER, "format_errors": OBJECTS,
+        "tool_call": ("null or {name: string, arguments: object}", _or_null(_is_tool_call)),
+        "dropped_arguments": STRINGS, "argument_changes": STRINGS, "observation": STRING_OR_NULL,
+        "visited_urls": STRINGS, "tool_failures": OBJECTS, "tool_attempts": OBJECTS,
+        "replaces_last_observation": STRING_OR_NULL,
+        "stats": ("an object of numeric figures", _is_stats)}),
+    "compaction": ({"turn": INTEGER, "messages": MESSAGES}, {
+        "policy": STRING, "tokens_before": INTEGER, "tokens_after": INTEGER, "tokens_reevaluated": INTEGER,
+        "detail": STRING_OR_NULL, "attempts": INTEGER, "summary": STRING_OR_NULL, "call_keys": STRINGS}),
+    "end": ({"termination": STRING, "messages": MESSAGES}, {
+        "answer": STRING_OR_NULL, "sources": STRINGS, "unvisited_citations": STRINGS, "elapsed_s": NUMBER,
+        "totals": OBJECT, "turns": INTEGER, "error": STRING}),
+}
+
+
+def _shape_problem(kind: str, record: dict[str, Any]) -> str | None:
+    """What is wrong with a record's fields, as ``"turn record without content"`` or ``"turn record: visited_urls
+    is 7, not a list of strings"``; None when every field a reader uses is there and has its type."""
+    required, optional = _SHAPES[kind]
+    missing = [name for name in required if name not in record]
+    wrong = [f"{name} is {_shown(record[name])}, not {expected}"
+             for name, (expected, test) in {**required, **optional}.items()
+             if name in record and not test(record[name])]
+    if not missing and not wrong:
+        return None
+    return f"{kind} record" + (f" without {', '.join(missing)}" if missing else "") + (
+        f": {'; '.join(wrong)}" if wrong else "")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(value: Any) -> tuple[Any, bool]:
+    """``value`` with every lone surrogate (a ``"\\ud800"`` JSON escape, which no UTF-8 text can hold) replaced by
+    U+FFFD, and whether any was; strings are searched in lists and objects, keys included."""
+    if isinstance(value, str):
+        repaired, count = _SURROGATE.subn("\ufffd", value)  # json.loads joins an escaped pair: these are lone
+        return repaired, count > 0
+    if isinstance(value, list):
+        items = [_valid_text(item) for item in value]
+        return [item for item, _ in items], any(changed for _, changed in items)
+    if isinstance(value, dict):
+        pairs = [(_valid_text(key), _valid_text(item)) for key, item in value.items()]
+        return {key: item for (key, _), (item, _) in pairs}, any(a or b for (_, a), (_, b) in pairs)
+    return value, False
+
+
+# ---------------------------------------------------------------------------------------------- reading
 def read_journal(path: str | os.PathLike[str]) -> Journal:
     """Read every session of a journal, complete or not, and report what could not be read.
 
-    One bad line never fails the read: a torn or foreign line is skipped (``Journal.skipped``), a session whose
-    start record is missing or of another schema version is left out and reported the same way.
+    One bad line never fails the read. Skipped and reported (``Journal.skipped``, with the line and reason): a torn
+    or foreign line; a record whose fields a reader uses have another type (``visited_urls: 7``); a turn record
+    that repeats an index the session already has (a second writer of the session: the first one is kept); a
+    compaction that does not follow the session's last turn; a record after the session's end record; a session
+    whose start record is missing or of another schema version. Kept with a note (``Journal.notes``): a turn
+    whose index skips one or more (the turns around the gap are real); a record whose text held a lone surrogate
+    (read with U+FFFD in its place, so that it can be served as JSON and encoded as UTF-8).
 
     Raises:
         TrajectoryError: the file does not exist.
     """
     path = Path(path)
-    sessions: dict[str, dict[str, Any]] = {}
+    sessions: dict[str, _Parts] = {}
     skipped: list[SkippedLine] = []
+    notes: list[SkippedLine] = []
     for number, record in _records(path, skipped):
-        session = sessions.setdefault(
-            record["session_id"], {"start": None, "turns": [], "compactions": [], "end": None, "line": number}
-        )
-        kind = record["record"]
-        missing = [name for name in _REQUIRED[kind] if not isinstance(record.get(name), _REQUIRED[kind][name])]
-        if missing:
-            skipped.append(SkippedLine(number, f"{kind} record without {', '.join(missing)}; left out"))
-        elif kind == "start":
-            session["start"] = record
-        elif kind == "turn":
-            session["turns"].append(Turn.from_dict(record))
-        elif kind == "compaction":
-            session["compactions"].append(record)
-        else:
-            session["end"] = record
+        session_id, kind = record["session_id"], record["record"]
+        problem = _shape_problem(kind, record)
+        if problem:
+            skipped.append(SkippedLine(number, f"{problem}; left out", session_id))
+            continue
+        record, repaired = _valid_text(record)
+        if repaired:
+            notes.append(SkippedLine(number, f"{kind} record holds text that is not valid Unicode (a lone "
+                                             "surrogate); read with U+FFFD in its place", session_id))
+        parts = sessions.setdefault(session_id, _Parts(number))
+        problem = parts.add(kind, record, number, notes)
+        if problem:
+            skipped.append(SkippedLine(number, f"{kind} record: {problem}; left out", session_id))
     trajectories = []
     for session_id, parts in sessions.items():
-        start = parts["start"]
+        start = parts.start
         if start is None:
-            skipped.append(
-                SkippedLine(parts["line"], f"session {session_id} has no start record; its records are left out")
-            )
+            skipped.append(SkippedLine(parts.first_line, f"session {session_id} has no start record; its records "
+                                                         "are left out", session_id))
         elif start.get("schema_version") != SCHEMA_VERSION:
             version = start.get("schema_version")
-            skipped.append(
-                SkippedLine(parts["line"], f"session {session_id} has schema_version {version}, not {SCHEMA_VERSION}")
-            )
+            skipped.append(SkippedLine(parts.first_line, f"session {session_id} has schema_version {version}, not "
+                                                         f"{SCHEMA_VERSION}", session_id))
         else:
             trajectories.append(_assemble(session_id, parts))
-    return Journal(trajectories, sorted(skipped, key=lambda s: s.line))
+    return Journal(trajectories, sorted(skipped, key=lambda s: s.line), sorted(notes, key=lambda s: s.line))
+
+
+@dataclass
+class _Parts:
+    """One session's records as read so far, with the line of each, checked for order as they come."""
+
+    first_line: int
+    start: dict[str, Any] | None = None
+    start_line: int = 0
+    turns: list[Turn] = field(default_factory=list)
+    turn_lines: dict[int, int] = field(default_factory=dict)  # turn index -> its line
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+    end_line: int = 0
+
+    def add(self, kind: str, record: dict[str, Any], line: int, notes: list[SkippedLine]) -> str | None:
+        """Take one record of the session; a reason when it is left out instead."""
+        session_id = record["session_id"]
+        if self.end is not None:
+            return f"after the session's end record (line {self.end_line}): a second writer of the session?"
+        if kind == "start":
+            if self.start is not None:
+                return f"a second start record of session {session_id} (line {self.start_line} has the first)"
+            self.start, self.start_line = record, line
+        elif kind == "turn":
+            turn = Turn.from_dict(record)
+            if turn.index in self.turn_lines or (self.turns and turn.index < self.turns[-1].index):
+                first = self.turn_lines.get(turn.index)
+                where = f"line {first} has it" if first else f"it comes after turn {self.turns[-1].index}"
+                return f"turn {turn.index} of session {session_id} again ({where}): a second writer of the session?"
+            expected = self.turns[-1].index + 1 if self.turns else 0
+            if turn.index != expected:
+                notes.append(SkippedLine(line, f"turn {turn.index} of session {session_id} follows turn "
+                                               f"{expected - 1}: turns {expected}..{turn.index - 1} are missing",
+                                         session_id))
+            self.turns.append(turn)
+            self.turn_lines[turn.index] = line
+        elif kind == "compaction":
+            last = self.turns[-1].index if self.turns else -1
+            if record["turn"] != last:
+                return f"a compaction after turn {record['turn']}, but the session's last turn is {last}"
+            self.compactions.append(record)
+        else:
+            self.end, self.end_line = record, line
+        return None
 
 
 def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
-    """The sessions of a journal (``read_journal``); each skipped line is logged as a warning.
+    """The sessions of a journal (``read_journal``); each skipped line and note is logged as a warning.
 
     Raises:
         TrajectoryError: the file does not exist.
@@ -227,6 +392,8 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
     journal = read_journal(path)
     for line in journal.skipped:
         logger.warning("trajectory %s:%d skipped: %s", path, line.line, line.reason)
+    for line in journal.notes:
+        logger.warning("trajectory %s:%d: %s", path, line.line, line.reason)
     return journal.trajectories
 
 
@@ -239,7 +406,7 @@ def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict
             continue
         if (
             not isinstance(record, dict)
-            or record.get("record") not in _REQUIRED
+            or record.get("record") not in _SHAPES
             or not isinstance(record.get("session_id"), str)
         ):
             skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and a string 'session_id')"))
@@ -247,8 +414,9 @@ def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict
         yield number, record
 
 
-def _assemble(session_id: str, parts: dict[str, Any]) -> Trajectory:
-    start, turns, end, compactions = parts["start"], parts["turns"], parts["end"], parts["compactions"]
+def _assemble(session_id: str, parts: _Parts) -> Trajectory:
+    start, turns, end, compactions = parts.start, parts.turns, parts.end, parts.compactions
+    assert start is not None
     messages = end["messages"] if end is not None else rebuild_messages(start, turns, compactions)
     return Trajectory(
         session_id=session_id,

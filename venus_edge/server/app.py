@@ -10,7 +10,8 @@ Routes (JSON unless said; errors are ``{"error": {"message", "type"}}``, the Ope
                                      stream: SSE of the session's events (``Event.to_dict()``; ``event:`` is its
                                      type, ``id:`` its index), ending with ``session_finished``; a client that
                                      disconnects cancels the session. stream false: 202 {"session_id", ...}
-    GET    /v1/sessions              sessions in the journal and in memory, newest first
+    GET    /v1/sessions              sessions in the journal and in memory, newest first; the journal's lines
+                                     that could not be read (``skipped_lines``: line, reason)
     GET    /v1/sessions/{id}         one session: state, turns, answer, sources (from the journal)
     GET    /v1/sessions/{id}/events  SSE of its events from ``Last-Event-ID`` + 1 (or 0), live; does not cancel
     DELETE /v1/sessions/{id}         cancel it
@@ -29,6 +30,7 @@ import asyncio
 import collections
 import hmac
 import json
+import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
@@ -169,7 +171,8 @@ def create_app(
     @app.get("/v1/sessions")
     async def sessions() -> dict[str, Any]:
         listed: dict[str, dict[str, Any]] = {}
-        for trajectory in await asyncio.to_thread(service.history):
+        journal = await asyncio.to_thread(service.read_history)
+        for trajectory in journal.trajectories:
             listed[trajectory.session_id] = _summary(trajectory, service.get(trajectory.session_id))
         for handle in list(service.sessions.values()):
             if handle.session_id not in listed:  # queued, or cancelled before it ran: nothing journaled
@@ -178,7 +181,10 @@ def create_app(
                                              "state": handle.state, "termination": result and result.termination,
                                              "answer": result and result.answer,
                                              "started_at": _iso(handle.submitted_at), "turns": 0}
-        return {"sessions": sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True)}
+        newest_first = sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True)
+        page: dict[str, Any] = _finite({"sessions": newest_first, "skipped_lines": [
+            {"line": s.line, "reason": s.reason} for s in journal.skipped]})
+        return page
 
     @app.get("/v1/sessions/{session_id}")
     async def session(session_id: str) -> dict[str, Any]:
@@ -198,7 +204,8 @@ def create_app(
                 result = handle.result
                 view.update(termination=result.termination, answer=result.answer, sources=result.sources,
                             unvisited_citations=result.unvisited_citations)
-        return view
+        finite: dict[str, Any] = _finite(view)
+        return finite
 
     @app.get("/v1/sessions/{session_id}/events", response_model=None)
     async def session_events(session_id: str, request: Request) -> Any:
@@ -305,6 +312,18 @@ async def _ended_unless_gone(handle: SessionHandle, request: Request, poll_s: fl
         return True
     finally:
         stop()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each NaN or infinity as null: a journal may hold them (a model's JSON, a hand-written
+    record), JSON may not, and one of them would make the whole history page fail."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
 
 
 def _iso(timestamp: float) -> str:

@@ -30,7 +30,7 @@ from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
 from venus_edge.result import Result
 from venus_edge.text import valid_text
 from venus_edge.tools.base import Tool
-from venus_edge.trajectory import Trajectory, read_journal
+from venus_edge.trajectory import Journal, Trajectory, read_journal
 
 __all__ = ["QuestionTooLongError", "QueueFullError", "ResearchService", "SessionHandle", "SessionRequest",
            "answer_with_sources"]
@@ -236,7 +236,7 @@ class ResearchService:
         self.max_question_chars = max_question_chars
         self.keep_finished = keep_finished
         self._finished: collections.deque[str] = collections.deque()
-        self._history: tuple[tuple[int, int], list[Trajectory]] | None = None  # (size, mtime_ns) -> sessions
+        self._history: tuple[tuple[int, int], Journal] | None = None  # (size, mtime_ns) -> what it holds
         self.agents = [Agent(engine, self.tools, config=config, trajectory_path=self.journal_path)
                        for engine in self.engines]
         self.sessions: dict[str, SessionHandle] = {}
@@ -341,16 +341,32 @@ class ResearchService:
         return next((t for t in self.history() if t.session_id == session_id), None)
 
     def history(self) -> list[Trajectory]:
-        """Every session in the journal, oldest first; read again only when the file changed. Reads the file:
-        call it off the event loop."""
+        """Every session in the journal, oldest first (``read_history``). Reads the file: call it off the event
+        loop."""
+        return self.read_history().trajectories
+
+    def read_history(self) -> Journal:
+        """What the journal holds: its sessions, oldest first, and the lines skipped (a record of the wrong shape,
+        a second writer's turn; ``venus_edge.trajectory.read_journal``), so that no record can fail a request.
+        Read again only when the file changed; a journal that cannot be read at all (a folder, no permission) is
+        logged and read as empty. Reads the file: call it off the event loop."""
         try:
             stat = self.journal_path.stat()
         except FileNotFoundError:
-            return []
+            return Journal([], [])
         key = (stat.st_size, stat.st_mtime_ns)
         cached = self._history
         if cached is None or cached[0] != key:
-            cached = self._history = (key, read_journal(self.journal_path).trajectories)
+            try:
+                journal = read_journal(self.journal_path)
+            except (OSError, VenusEdgeError) as exc:
+                logger.warning("the journal %s cannot be read: %s", self.journal_path, exc)
+                journal = Journal([], [])
+            reported = set(cached[1].skipped) if cached is not None else set()
+            for line in journal.skipped:  # each once, not on every re-read of a growing journal
+                if line not in reported:
+                    logger.warning("journal %s:%d skipped: %s", self.journal_path, line.line, line.reason)
+            cached = self._history = (key, journal)
         return cached[1]
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, float]]:
