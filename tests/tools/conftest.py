@@ -327,6 +327,12 @@ def scripted_completer() -> type[ScriptedCompleter]:
     return ScriptedCompleter
 
 
+@pytest.fixture(scope="session")
+def report_pdf() -> bytes:
+    """A two-page PDF with text (``REPORT_PAGES``)."""
+    return REPORT_PDF
+
+
 @pytest.fixture
 def pdf_samples() -> dict[str, bytes]:
     """PDF bytes: ``report`` (two pages, text), ``scan`` (a page without text), ``broken`` (truncated)."""

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import REPORT_PDF  # tests/tools is on sys.path (pytest's prepend import mode)
 
 from venus_edge.tools import VisitTool
 from venus_edge.tools.pdf import looks_like_pdf
@@ -57,7 +56,6 @@ PDF_ROUTES = {  # a PDF under types that lie
     "/pdf-untyped": None,
 }
 ROUTES: dict[str, tuple[str | None, bytes]] = {
-    **{path: (content_type, REPORT_PDF) for path, content_type in PDF_ROUTES.items()},
     **{f"/{name}-as-html": ("text/html; charset=utf-8", body) for name, (body, _) in BINARIES.items()},
     "/gzip-untyped": (None, gzip.compress(HTML_PAGE)),
     "/png-as-octet": ("application/octet-stream", BINARIES["png"][0]),
@@ -85,7 +83,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def lying_server() -> Iterator[str]:
+def lying_server(report_pdf: bytes) -> Iterator[str]:
+    ROUTES.update({path: (content_type, report_pdf) for path, content_type in PDF_ROUTES.items()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
