@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -23,8 +23,9 @@ class StuckTool:
     for it fails the test instead of hanging)."""
 
     name = "nap"
-    schema = {"type": "function", "function": {"name": "nap", "description": "Wait.", "parameters": {
-        "type": "object", "properties": {"s": {"type": "number"}}, "required": ["s"]}}}
+    schema: ClassVar[dict[str, Any]] = {"type": "function", "function": {
+        "name": "nap", "description": "Wait.",
+        "parameters": {"type": "object", "properties": {"s": {"type": "number"}}, "required": ["s"]}}}
 
     def __init__(self) -> None:
         self.entered, self.release, self.returned = threading.Event(), threading.Event(), threading.Event()

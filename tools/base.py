@@ -173,7 +173,7 @@ class Deadline:
         """The error for ``what`` (a tool name) stopped by this deadline: ``ToolCancelled`` or ``ToolTimeout``."""
         if self.cancelled:
             return ToolCancelled(what, "the session was cancelled during the call")
-        return ToolTimeout(what, "the call's deadline (the session's time limit) passed before it finished")
+        return ToolTimeout(what, "the call's time ran out (the session's time limit or the tool's own cap)")
 
     def failure(self, target: str) -> ToolFailure:
         """The ``ToolFailure`` of ``target`` (a URL, a query) left undone because this deadline passed."""

@@ -72,8 +72,8 @@ class FetchError(ToolError):
     """A page could not be fetched; ``kind`` is a ``ToolFailure`` kind (see ``tools.fetch``).
 
     Attributes:
-        kind: ``refused_address``, ``unreachable``, ``timeout``, ``too_many_redirects``, ``blocked``,
-            ``http_error``, ``too_large`` or ``not_text``.
+        kind: ``refused_address``, ``unreachable``, ``timeout``, ``cancelled``, ``too_many_redirects``,
+            ``blocked``, ``http_error``, ``too_large`` or ``not_text``.
         url: the URL (the redirect hop) that failed.
         detail: a sentence saying what was seen and what was allowed.
     """
