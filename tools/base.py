@@ -6,6 +6,13 @@ did wrong: those become observation text (``ToolResult.text``) and a typed ``Too
 program (bad construction, closed resources) raises. What a backend went through to answer (engines that were
 rate limited, fallbacks, back-off sleeps) comes back as ``ToolAttempt``s, which the loop reports as events.
 
+Every call runs under a ``Deadline``: the session's time limit and its cancel event. ``ToolRegistry.run`` runs a
+call on a thread of its own and stops waiting for it ``TOOL_GRACE_S`` after the deadline (at once on cancel),
+raising ``ToolTimeout`` or ``ToolCancelled``; the call is then abandoned (a thread cannot be killed). A tool whose
+``__call__`` takes a ``deadline`` keyword (ours: ``search``, ``visit``, the recording wrapper) gets it and stops by
+itself, returning what it has; a tool with a ``failure_result(arguments, failure)`` method says what the model sees
+for a call that was abandoned (the protocol's failure text), others get a short error text.
+
 Third-party tools register under the ``venus_edge.tools`` entry-point group; ``load_entry_point_tools`` finds
 them. Arrows run one way: this package never imports the runtime (``venus_edge.engines``, ``venus_edge.agent``);
 what a tool needs from the model it declares as a ``typing.Protocol`` here (``TextCompleter``).
@@ -14,8 +21,11 @@ what a tool needs from the model it declares as a ``typing.Protocol`` here (``Te
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
 import math
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -24,10 +34,12 @@ from typing import Any, Protocol, runtime_checkable
 import json5
 
 from venus_edge.text import valid_text
-from venus_edge.tools.errors import ToolArgumentError
+from venus_edge.tools.errors import ToolArgumentError, ToolCancelled, ToolInterrupted, ToolTimeout
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "TOOL_GRACE_S",
+    "Deadline",
     "PreparedCall",
     "TextCompleter",
     "Tool",
@@ -38,10 +50,16 @@ __all__ = [
     "call_key",
     "coerce_arguments",
     "load_entry_point_tools",
+    "takes_deadline",
     "validate_arguments",
 ]
 
 ENTRY_POINT_GROUP = "venus_edge.tools"
+#: Seconds a call may run past its deadline before ``ToolRegistry.run`` abandons it: room for a tool that takes the
+#: deadline to notice it and return what it has.
+TOOL_GRACE_S = 2.0
+# How often a wait for a call looks at the cancel event, in seconds.
+_CANCEL_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -52,7 +70,8 @@ class ToolFailure:
         kind: one of ``refused_address``, ``blocked`` (401/403/407/429/451), ``timeout``, ``too_large``,
             ``empty`` (also a JavaScript-only page), ``not_text``, ``too_many_redirects``, ``http_error``,
             ``unreachable``, ``not_found``, ``bad_arguments``, ``backend_error``, ``not_recorded`` (replay of a
-            call that was never recorded).
+            call that was never recorded), ``cancelled`` (the session was cancelled during the call),
+            ``too_many_urls`` (a URL past visit's ``max_urls_per_call``).
         target: the URL or query the failure is about.
         detail: a human-readable sentence.
     """
@@ -111,13 +130,122 @@ class ToolResult:
     attempts: tuple[ToolAttempt, ...] = ()
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """When a tool call must end: at a ``time.monotonic()`` instant, when a cancel event is set, or both; with
+    neither, never.
+
+    ``Deadline.after(30.0)`` ends 30 s from now; ``Deadline(cancel=event)`` ends when ``event`` is set. The agent
+    gives every call the session's deadline (its start plus ``time_limit_s``) and cancel event.
+
+    Attributes:
+        at_s: the ``time.monotonic()`` value at which the call is over time, or None.
+        cancel: set (from any thread) to stop the call, or None.
+    """
+
+    at_s: float | None = None
+    cancel: threading.Event | None = None
+
+    @classmethod
+    def after(cls, seconds: float, cancel: threading.Event | None = None) -> Deadline:
+        """A deadline ``seconds`` from now."""
+        return cls(time.monotonic() + seconds, cancel)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def left_s(self) -> float:
+        """Seconds left (``math.inf`` without ``at_s``; 0.0 once past it or cancelled)."""
+        if self.cancelled:
+            return 0.0
+        return math.inf if self.at_s is None else max(0.0, self.at_s - time.monotonic())
+
+    def expired(self) -> bool:
+        return self.left_s() <= 0.0
+
+    def capped(self, seconds: float) -> Deadline:
+        """The earlier of this deadline and ``seconds`` from now, with the same cancel event."""
+        at_s = time.monotonic() + seconds
+        return Deadline(at_s if self.at_s is None else min(self.at_s, at_s), self.cancel)
+
+    def interrupted(self, what: str) -> ToolInterrupted:
+        """The error for ``what`` (a tool name) stopped by this deadline: ``ToolCancelled`` or ``ToolTimeout``."""
+        if self.cancelled:
+            return ToolCancelled(what, "the session was cancelled during the call")
+        return ToolTimeout(what, "the call's time ran out (the session's time limit or the tool's own cap)")
+
+    def failure(self, target: str) -> ToolFailure:
+        """The ``ToolFailure`` of ``target`` (a URL, a query) left undone because this deadline passed."""
+        error = self.interrupted("")
+        return ToolFailure(error.kind, target, error.detail)
+
+
+def takes_deadline(tool: Any) -> bool:
+    """Whether ``tool``'s ``__call__`` takes a ``deadline`` keyword (it then stops by itself at the deadline)."""
+    try:
+        parameters = inspect.signature(tool).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return "deadline" in parameters and parameters["deadline"].kind in (
+        inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def call_with_deadline(tool: Tool, arguments: dict[str, Any], deadline: Deadline, *,
+                       grace_s: float = TOOL_GRACE_S) -> ToolResult:
+    """``tool(arguments)`` (with ``deadline=`` when it takes one), abandoned when it overruns ``deadline``.
+
+    The call runs on a daemon thread; this waits until it returns, the cancel event is set, or ``deadline.at_s``
+    passes (plus ``grace_s`` for a tool that takes the deadline). A call whose deadline passed before it started is
+    not started.
+
+    Raises:
+        ToolCancelled: the cancel event was set first (the call is abandoned).
+        ToolTimeout: the deadline passed, plus the grace (the call is abandoned and runs on until it returns).
+        Exception: whatever the tool raised.
+    """
+    if deadline.expired():
+        raise deadline.interrupted(tool.name)
+    if deadline.at_s is None and deadline.cancel is None:
+        return tool(arguments)
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    keywords = {"deadline": deadline} if takes_deadline(tool) else {}
+
+    def work() -> None:
+        try:
+            outcome["result"] = tool(arguments, **keywords)
+        except BaseException as exc:  # handed to the caller, raised there
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    # A daemon thread: a call that never returns must not keep the process alive at exit.
+    threading.Thread(target=work, name=f"tool-{tool.name}", daemon=True).start()
+    # The grace is for a tool that watches the deadline itself; another one cannot use it.
+    give_up_s = math.inf if deadline.at_s is None else deadline.at_s + (grace_s if keywords else 0.0)
+    while not done.is_set():
+        if deadline.cancelled:
+            raise ToolCancelled(tool.name, "the session was cancelled during the call; the call was abandoned")
+        left = give_up_s - time.monotonic()
+        if left <= 0:
+            raise ToolTimeout(tool.name, "the call ran past the session's time limit; it was abandoned")
+        done.wait(min(left, _CANCEL_POLL_S) if deadline.cancel is not None else left)
+    if "error" in outcome:
+        raise outcome["error"]
+    result: ToolResult = outcome["result"]
+    return result
+
+
 @runtime_checkable
 class Tool(Protocol):
     """A tool the agent can call.
 
     ``schema`` is the OpenAI-style function object rendered verbatim into the system prompt, e.g.
     ``{"type": "function", "function": {"name": ..., "description": ..., "parameters": {...}}}``.
-    ``__call__`` receives arguments coerced by ``coerce_arguments`` and checked by ``validate_arguments``.
+    ``__call__`` receives arguments coerced by ``coerce_arguments`` and checked by ``validate_arguments``; when it
+    also takes a keyword ``deadline`` (a ``Deadline``), it is given the session's and should stop by then.
     """
 
     name: str
@@ -380,17 +508,32 @@ class ToolRegistry:
         """
         return coerce_arguments(self.get(name).schema, arguments)
 
-    def run(self, call: PreparedCall) -> ToolResult:
-        """Validate the prepared arguments and call the tool.
+    def run(self, call: PreparedCall, *, deadline: Deadline | None = None) -> ToolResult:
+        """Validate the prepared arguments and call the tool, under ``deadline`` when given
+        (``call_with_deadline``).
 
         Raises:
             KeyError: unknown tool.
             ToolArgumentError: arguments that do not fit the schema even after coercion (a missing required one,
                 a wrong type).
+            ToolInterrupted: the call overran ``deadline`` (``ToolTimeout``) or was cancelled (``ToolCancelled``)
+                and was abandoned; ``interrupted_result`` gives what the model sees.
         """
         tool = self.get(call.name)
         validate_arguments(tool.schema, call.arguments)
-        return tool(call.arguments)
+        if deadline is None:
+            return tool(call.arguments)
+        return call_with_deadline(tool, call.arguments, deadline)
+
+    def interrupted_result(self, call: PreparedCall, error: ToolInterrupted) -> ToolResult:
+        """What an abandoned call returns: the tool's own failure text (``failure_result``) when it has one, else a
+        short error text; its ``failures`` hold the interruption (kind ``timeout`` or ``cancelled``)."""
+        failure = ToolFailure(error.kind, call.name, error.detail)
+        failure_result = getattr(self.get(call.name), "failure_result", None)
+        if callable(failure_result):
+            result: ToolResult = failure_result(call.arguments, failure)
+            return result
+        return ToolResult(f"Error: the {call.name} tool did not finish: {error.detail}.", failures=(failure,))
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         """``run(prepare(name, arguments))``."""

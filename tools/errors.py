@@ -9,11 +9,16 @@ one class.
     │   └── UnreadableDocumentError  a document that can no longer be read (a PDF broken since indexing)
     ├── FetchError               a page could not be fetched; ``kind`` is a ``ToolFailure`` kind
     ├── PdfError                 bytes that are not a readable PDF (also a ValueError)
-    └── WebSearchError           no search engine answered a query
+    ├── WebSearchError           no search engine answered a query
+    └── ToolInterrupted          a call stopped at its deadline; ``kind`` is a ``ToolFailure`` kind
+        ├── ToolTimeout              the session's time limit (or the call's own cap) passed
+        └── ToolCancelled            the session was cancelled
 
-None of these reaches the agent loop: a tool turns what the model or the web did wrong into observation text
-and a typed ``ToolFailure`` (``tools.base``). They reach a program that uses the pieces directly (``Corpus.open``,
-``fetch_page``) and the CLI, which reports any ``ToolError`` before the model loads.
+None of these but ``ToolInterrupted`` reaches the agent loop (``ToolRegistry.run`` raises it when a call overruns
+its ``Deadline``; the loop records it as the turn's ``ToolFailure`` and shows the tool's failure text): a tool
+turns what the model or the web did wrong into observation text and a typed ``ToolFailure`` (``tools.base``).
+They reach a program that uses the pieces directly (``Corpus.open``, ``fetch_page``) and the CLI, which reports
+any ``ToolError`` before the model loads.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ __all__ = [
     "FetchError",
     "PdfError",
     "ToolArgumentError",
+    "ToolCancelled",
     "ToolError",
+    "ToolInterrupted",
+    "ToolTimeout",
     "UnreadableDocumentError",
     "WebSearchError",
 ]
@@ -64,8 +72,8 @@ class FetchError(ToolError):
     """A page could not be fetched; ``kind`` is a ``ToolFailure`` kind (see ``tools.fetch``).
 
     Attributes:
-        kind: ``refused_address``, ``unreachable``, ``timeout``, ``too_many_redirects``, ``blocked``,
-            ``http_error``, ``too_large`` or ``not_text``.
+        kind: ``refused_address``, ``unreachable``, ``timeout``, ``cancelled``, ``too_many_redirects``,
+            ``blocked``, ``http_error``, ``too_large`` or ``not_text``.
         url: the URL (the redirect hop) that failed.
         detail: a sentence saying what was seen and what was allowed.
     """
@@ -83,3 +91,33 @@ class PdfError(ToolError, ValueError):
 
 class WebSearchError(ToolError):
     """No engine gave results for a query within ``max_rounds``; the message lists each engine's last outcome."""
+
+
+class ToolInterrupted(ToolError):
+    """A tool call stopped before it finished, at its ``Deadline`` (``tools.base``): raised by ``ToolRegistry.run``
+    when the call is abandoned, and by our own tools' pieces (a fetch, a search back-off) when they stop early.
+
+    Attributes:
+        kind: the ``ToolFailure`` kind, ``timeout`` or ``cancelled``.
+        tool: the tool's name (or the piece that stopped, ``fetch``).
+        detail: a sentence saying what stopped and when.
+    """
+
+    kind = "timeout"
+
+    def __init__(self, tool: str, detail: str) -> None:
+        super().__init__(f"{tool}: {detail}")
+        self.tool = tool
+        self.detail = detail
+
+
+class ToolTimeout(ToolInterrupted):
+    """The call ran past the session's time limit (``AgentConfig.time_limit_s``) or its own cap plus the grace."""
+
+    kind = "timeout"
+
+
+class ToolCancelled(ToolInterrupted):
+    """The session was cancelled (its cancel event set: server DELETE, a client gone, MCP cancel, the Python API)."""
+
+    kind = "cancelled"

@@ -20,7 +20,8 @@ Failures raise ``FetchError`` (``tools.errors``) with a ``kind`` that ``visit`` 
     FetchError.kind
     ├── refused_address      scheme other than http(s), or a non-global address (first hop or a redirect)
     ├── unreachable          bad URL, DNS failure, connection refused or reset
-    ├── timeout              connect/read timeout, or the whole fetch past total_timeout_s
+    ├── timeout              connect/read timeout, or the whole fetch past total_timeout_s or the caller's deadline
+    ├── cancelled            the caller's deadline was cancelled (checked before each hop and each chunk)
     ├── too_many_redirects   more than max_redirects hops
     ├── blocked              status 401, 403, 407, 429 or 451: the site refuses this client (or throttles it)
     ├── http_error           any other status >= 400 (the status is in the detail)
@@ -41,7 +42,6 @@ from __future__ import annotations
 import ipaddress
 import socket
 import ssl
-import time
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
+from venus_edge.tools.base import Deadline
 from venus_edge.tools.charset import decode_text
 from venus_edge.tools.errors import FetchError, PdfError
 from venus_edge.tools.pdf import PDF_CONTENT_TYPES, looks_like_pdf, pdf_text_isolated
@@ -315,19 +316,20 @@ def fetch_page(
     allow_private: bool = False,
     resolve: Resolver = resolve_host,
     allowed_networks: Sequence[str] = (),
+    deadline: Deadline | None = None,
 ) -> FetchedPage:
-    """GET ``url`` following at most ``limits.max_redirects`` redirects, each hop checked by ``check_url``.
+    """GET ``url`` following at most ``limits.max_redirects`` redirects, each hop checked by ``check_url``; the
+    whole fetch ends by ``limits.total_timeout_s`` or ``deadline`` (a tool call's), whichever comes first.
 
     Raises:
         FetchError: see the module docstring for the kinds.
     """
-    deadline = time.monotonic() + limits.total_timeout_s
+    until = (deadline or Deadline()).capped(limits.total_timeout_s)
     current = url
     for _ in range(limits.max_redirects + 1):
         check_url(current, allow_private=allow_private, resolve=resolve, allowed_networks=allowed_networks)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise FetchError("timeout", current, f"fetch took longer than total_timeout_s {limits.total_timeout_s}")
+        _check_deadline(until, current, limits)
+        left = until.left_s()
         # No single wait may outlast the whole fetch's remaining time.
         timeout = httpx.Timeout(min(limits.read_timeout_s, left), connect=min(limits.connect_timeout_s, left))
         try:
@@ -337,7 +339,7 @@ def fetch_page(
                 if response.status_code in _REDIRECT_CODES and "location" in response.headers:
                     current = str(response.url.join(response.headers["location"]))
                     continue
-                return _read_response(response, current, limits, deadline)
+                return _read_response(response, current, limits, until)
         except FetchError as exc:  # refused by the transport at connect time: name the URL, not the host
             raise FetchError(exc.kind, current, exc.detail) from None
         except httpx.TimeoutException as exc:
@@ -349,7 +351,16 @@ def fetch_page(
     raise FetchError("too_many_redirects", url, f"more than {limits.max_redirects} redirects (last: {current})")
 
 
-def _read_response(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> FetchedPage:
+def _check_deadline(until: Deadline, url: str, limits: FetchLimits) -> None:
+    """Raise the ``FetchError`` of a fetch whose time is up (``timeout``) or that was cancelled (``cancelled``)."""
+    if until.cancelled:
+        raise FetchError("cancelled", url, "the tool call was cancelled")
+    if until.expired():
+        raise FetchError("timeout", url, f"fetch took longer than total_timeout_s {limits.total_timeout_s} or the "
+                                         "tool call's deadline")
+
+
+def _read_response(response: httpx.Response, url: str, limits: FetchLimits, until: Deadline) -> FetchedPage:
     if response.status_code in BLOCKED_STATUSES:
         reason = BLOCKED_STATUSES[response.status_code]
         raise FetchError("blocked", url, f"HTTP status {response.status_code}: {reason}")
@@ -361,11 +372,11 @@ def _read_response(response: httpx.Response, url: str, limits: FetchLimits, dead
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limits.max_bytes:
         raise FetchError("too_large", url, f"Content-Length {declared} bytes exceeds max_bytes {limits.max_bytes}")
-    body = _read_capped(response, url, limits, deadline)
+    body = _read_capped(response, url, limits, until)
     head = body[:_SNIFF_BYTES]
     if content_type in PDF_CONTENT_TYPES or looks_like_pdf(head):  # the bytes decide, whatever the declared type
         try:
-            text = pdf_text_isolated(body, timeout_s=max(1.0, deadline - time.monotonic()))
+            text = pdf_text_isolated(body, timeout_s=max(1.0, until.left_s()))
             return FetchedPage(str(response.url), PDF_CONTENT_TYPES[0], text)
         except PdfError as exc:
             raise FetchError("not_text", url, str(exc)) from None
@@ -384,8 +395,8 @@ def _read_response(response: httpx.Response, url: str, limits: FetchLimits, dead
     return FetchedPage(str(response.url), content_type, text)
 
 
-def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadline: float) -> bytes:
-    """The decoded body, at most ``max_bytes`` of it after decompression, read before ``deadline``.
+def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, until: Deadline) -> bytes:
+    """The decoded body, at most ``max_bytes`` of it after decompression, read before ``until``.
 
     The raw stream is decompressed here, not by httpx: httpx inflates each received chunk whole, so a few hundred
     compressed bytes could become gigabytes before any cap is checked. Here each step inflates at most what the
@@ -404,8 +415,7 @@ def _read_capped(response: httpx.Response, url: str, limits: FetchLimits, deadli
     chunks, size = [], 0
     try:
         for raw in stream:
-            if time.monotonic() > deadline:
-                raise FetchError("timeout", url, f"fetch took longer than total_timeout_s {limits.total_timeout_s}")
+            _check_deadline(until, url, limits)
             pending = raw
             while pending:
                 if not encoding:

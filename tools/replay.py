@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from venus_edge.tools.base import Tool, ToolFailure, ToolResult, call_key, coerce_arguments
+from venus_edge.tools.base import Deadline, Tool, ToolFailure, ToolResult, call_key, coerce_arguments, takes_deadline
 
 __all__ = ["RecordingTool", "ReplayTool", "ToolCache"]
 
@@ -125,13 +125,23 @@ class RecordingTool:
         self.cache = ToolCache(cache_dir)
         self.reuse = reuse
 
-    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+    def __call__(self, arguments: dict[str, Any], *, deadline: Deadline | None = None) -> ToolResult:
+        """The live tool's result (given ``deadline`` when it takes one), recorded."""
         coerced = coerce_arguments(self.schema, arguments).arguments
         if self.reuse and (recorded := self.cache.get(self.name, coerced)) is not None:
             return recorded
-        result = self.tool(coerced)
+        keywords = {"deadline": deadline} if deadline is not None and takes_deadline(self.tool) else {}
+        result = self.tool(coerced, **keywords)
         self.cache.put(self.name, coerced, result)
         return result
+
+    def failure_result(self, arguments: dict[str, Any], failure: ToolFailure) -> ToolResult:
+        """The live tool's text for an abandoned call (its ``failure_result``), or a short error text."""
+        failure_result = getattr(self.tool, "failure_result", None)
+        if callable(failure_result):
+            result: ToolResult = failure_result(arguments, failure)
+            return result
+        return ToolResult(f"Error: the {self.name} tool did not finish: {failure.detail}.", failures=(failure,))
 
     def close(self) -> None:
         """Close the live tool, if it has anything to close (visit's HTTP client)."""

@@ -13,6 +13,10 @@ A backend that retries (the web backend falls back between engines and backs off
 an append-only ``attempts`` list of ``BackendAttempt``s. ``SearchTool`` reports the entries one query added as
 ``ToolResult.attempts`` when the query needed more than one attempt or any attempt was not ``ok``; a clean
 first-try answer, a cached query and a backend without the list add nothing.
+
+A call runs under the session's ``Deadline``: queries not searched when it passes (or is cancelled) get the empty
+result list and a ``timeout`` (``cancelled``) failure, and a backend whose ``search`` takes a ``deadline`` keyword
+(the web backend: no back-off sleep past it) is given it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from venus_edge.tools.base import ToolAttempt, ToolFailure, ToolResult, as_list
+from venus_edge.tools.base import Deadline, ToolAttempt, ToolFailure, ToolResult, as_list, takes_deadline
 from venus_edge.tools.corpus import Corpus, Hit
 
 __all__ = ["SEARCH_SCHEMA", "BackendAttempt", "CorpusSearchBackend", "SearchBackend", "SearchTool"]
@@ -108,23 +112,40 @@ class SearchTool:
         self.top_k = top_k
         self.schema = json.loads(json.dumps(SEARCH_SCHEMA))  # a private copy: callers cannot edit the constant
 
-    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
-        """Run every query of ``arguments["query"]`` (a list, or a bare string) and return the JSON observation."""
+    def __call__(self, arguments: dict[str, Any], *, deadline: Deadline | None = None) -> ToolResult:
+        """Run every query of ``arguments["query"]`` (a list, or a bare string) and return the JSON observation; a
+        query reached after ``deadline`` is not searched (an empty list and a ``timeout``/``cancelled`` failure)."""
         blocks, failures, attempts = [], [], []
         for query in as_list(arguments.get("query", [])):
             query = str(query)
-            hits, failure, tried = self._search_one(query)
+            hits: Sequence[Hit]
+            failure: ToolFailure | None
+            tried: list[ToolAttempt]
+            if deadline is not None and deadline.expired():
+                hits, failure, tried = [], deadline.failure(query), []
+            else:
+                hits, failure, tried = self._search_one(query, deadline)
             blocks.append({"query": query, "web_page_info_list": [hit.to_dict() for hit in hits]})
             if failure is not None:
                 failures.append(failure)
             attempts.extend(tried)
         return ToolResult(text=format_search_observation(blocks), failures=tuple(failures), attempts=tuple(attempts))
 
-    def _search_one(self, query: str) -> tuple[Sequence[Hit], ToolFailure | None, list[ToolAttempt]]:
+    def failure_result(self, arguments: dict[str, Any], failure: ToolFailure) -> ToolResult:
+        """What the model sees for a call that was abandoned (``ToolRegistry.interrupted_result``): every query
+        with an empty result list, the shape of a failed search."""
+        queries = [str(query) for query in as_list(arguments.get("query", []))]
+        blocks = [{"query": query, "web_page_info_list": []} for query in queries]
+        failures = tuple(ToolFailure(failure.kind, query, failure.detail) for query in queries)
+        return ToolResult(format_search_observation(blocks), failures=failures or (failure,))
+
+    def _search_one(self, query: str, deadline: Deadline | None = None,
+                    ) -> tuple[Sequence[Hit], ToolFailure | None, list[ToolAttempt]]:
         log = attempt_log(self.backend)
         seen = len(log or ())
+        keywords = {"deadline": deadline} if deadline is not None and takes_deadline(self.backend.search) else {}
         try:
-            hits, failure = list(self.backend.search(query, self.top_k))[: self.top_k], None
+            hits, failure = list(self.backend.search(query, self.top_k, **keywords))[: self.top_k], None
         except Exception as exc:  # any backend fault is the web's, not ours: shown to the model, never raised
             detail = f"search backend {type(self.backend).__name__} failed: {type(exc).__name__}: {exc}"
             hits, failure = [], ToolFailure("backend_error", query, detail)

@@ -18,6 +18,12 @@ completer (the local model; one call per URL, up to two more when its answer doe
 the output is extractive: evidence = the passages that match the goal, summary = their first sentences.
 The completer runs one URL after another, in the order given: there is one local model.
 
+A call reads at most ``max_urls_per_call`` URLs (the rest get the fixed "could not be accessed" text and a
+``too_many_urls`` failure) and ends by ``max_call_s`` (the reference's 900 s per call, ``tool_visit.py``) or the
+session's ``Deadline``, whichever comes first: reads not started by then are not started, reads still running are
+left behind, and the completer is not asked again (extractive output); each such URL gets a ``timeout`` (or
+``cancelled``) failure. The caps are code, not schema text: the schema is the trained protocol's.
+
 A page with no readable text is an ``empty`` failure; that includes an HTML page that is only a JavaScript
 application shell (``passages.is_script_shell``), since visit does not run scripts.
 """
@@ -37,7 +43,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from venus_edge.tools.base import TextCompleter, ToolFailure, ToolResult, as_list
+from venus_edge.tools.base import Deadline, TextCompleter, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import URL_SCHEME, Corpus
 from venus_edge.tools.errors import DocumentNotFoundError, FetchError, UnreadableDocumentError
 from venus_edge.tools.fetch import (
@@ -87,6 +93,11 @@ DEFAULT_EXTRACTIVE_BUDGET_TOKENS = 1200
 DEFAULT_COMPLETER_MAX_TOKENS = 1500
 DEFAULT_COMPLETER_ATTEMPTS = 3
 DEFAULT_MAX_CONCURRENT_READS = 4
+DEFAULT_MAX_URLS_PER_CALL = 10
+#: The reference's cap on one call (``tool_visit.py``: URLs after 900 s get the "could not be accessed" text).
+DEFAULT_MAX_CALL_S = 900.0
+# How often a wait for reads looks at the cancel event, in seconds.
+_CANCEL_POLL_S = 0.05
 # Seconds a read may run past total_timeout_s, from its own start, before visit stops waiting for it.
 READ_GRACE_S = 2.0
 # Below this much extracted text an HTML page is checked for being a JavaScript shell.
@@ -148,6 +159,10 @@ class VisitTool:
         completer_attempts (`int`, default `3`): completer calls per URL while its answer does not parse.
         resolve (`Callable[[str, int], list[str]]`): host -> addresses, for the address policy (``getaddrinfo``).
         max_concurrent_reads (`int`, default `4`): URLs of one call fetched (or read from a corpus) at once.
+        max_urls_per_call (`int`, default `10`): URLs read per call; the others get the unreadable text and a
+            ``too_many_urls`` failure.
+        max_call_s (`float`, default `900.0`): seconds one call may take (the reference's cap), within the
+            session's deadline when one is given.
     """
 
     name = "visit"
@@ -168,15 +183,20 @@ class VisitTool:
         resolve: Resolver = resolve_host,
         max_concurrent_reads: int = DEFAULT_MAX_CONCURRENT_READS,
         allowed_networks: Sequence[str] = (),
+        max_urls_per_call: int = DEFAULT_MAX_URLS_PER_CALL,
+        max_call_s: float = DEFAULT_MAX_CALL_S,
     ) -> None:
         names = [corpus.name for corpus in corpora]
         if len(set(names)) != len(names):
             raise ValueError(f"corpus names must be unique, got {names}")
-        if min(reduce_budget_tokens, extractive_budget_tokens, completer_attempts, max_concurrent_reads) < 1:
+        if min(reduce_budget_tokens, extractive_budget_tokens, completer_attempts, max_concurrent_reads,
+               max_urls_per_call) < 1:
             raise ValueError(
-                "reduce_budget_tokens, extractive_budget_tokens, completer_attempts and max_concurrent_reads "
-                "must be >= 1"
+                "reduce_budget_tokens, extractive_budget_tokens, completer_attempts, max_concurrent_reads and "
+                "max_urls_per_call must be >= 1"
             )
+        if not max_call_s > 0:
+            raise ValueError(f"max_call_s must be > 0, got {max_call_s}")
         self.schema = json.loads(json.dumps(VISIT_SCHEMA))
         self.corpora = {corpus.name: corpus for corpus in corpora}
         self.completer = completer
@@ -189,6 +209,8 @@ class VisitTool:
         self.completer_attempts = completer_attempts
         self.resolve = resolve
         self.max_concurrent_reads = max_concurrent_reads
+        self.max_urls_per_call = max_urls_per_call
+        self.max_call_s = max_call_s
         self.allowed_networks = tuple(allowed_networks)
         for network in self.allowed_networks:
             ipaddress.ip_network(network, strict=False)  # a bad entry fails here, not at the first fetch
@@ -196,22 +218,37 @@ class VisitTool:
         self._owns_client = http_client is None
         self._client_lock = threading.Lock()
 
-    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
-        """Visit every URL of ``arguments["url"]`` (a list or a bare string) for ``arguments["goal"]``."""
+    def __call__(self, arguments: dict[str, Any], *, deadline: Deadline | None = None) -> ToolResult:
+        """Visit every URL of ``arguments["url"]`` (a list or a bare string) for ``arguments["goal"]``, the first
+        ``max_urls_per_call`` of them, by ``deadline`` (the session's) and ``max_call_s``."""
         goal = str(arguments.get("goal", ""))
         urls = [str(u) for u in as_list(arguments.get("url", []))]
+        until = (deadline or Deadline()).capped(self.max_call_s)
+        read = urls[: self.max_urls_per_call]
+        over = f"visit reads at most {self.max_urls_per_call} URLs per call; this one was not read"
+        skipped: list[tuple[_PageText | None, ToolFailure | None]] = [
+            (None, ToolFailure("too_many_urls", url, over)) for url in urls[len(read):]]
         sections, visited, failures = [], [], []
-        for url, (page, failure) in zip(urls, self._read_all(urls)):
+        for url, (page, failure) in zip(urls, self._read_all(read, until) + skipped):
             if page is None:
                 sections.append(format_visit_section(url, goal, UNREADABLE_EVIDENCE, UNREADABLE_SUMMARY))
                 failures.append(failure)
                 continue
             visited.append(url)
-            evidence, summary, failure = self._summarize(page, goal)
+            evidence, summary, failure = self._summarize(page, goal, until)
             sections.append(format_visit_section(url, goal, evidence, summary))
             if failure is not None:
                 failures.append(failure)
         return ToolResult(URL_SEPARATOR.join(sections).strip(), tuple(visited), tuple(f for f in failures if f))
+
+    def failure_result(self, arguments: dict[str, Any], failure: ToolFailure) -> ToolResult:
+        """What the model sees for a call that was abandoned (``ToolRegistry.interrupted_result``): the fixed
+        "could not be accessed" section for every URL, as for a page that could not be read."""
+        goal = str(arguments.get("goal", ""))
+        urls = [str(u) for u in as_list(arguments.get("url", []))]
+        sections = [format_visit_section(url, goal, UNREADABLE_EVIDENCE, UNREADABLE_SUMMARY) for url in urls]
+        failures = tuple(ToolFailure(failure.kind, url, failure.detail) for url in urls)
+        return ToolResult(URL_SEPARATOR.join(sections).strip(), failures=failures or (failure,))
 
     def close(self) -> None:
         """Close the HTTP client if this tool created it (a client passed in stays open)."""
@@ -227,13 +264,15 @@ class VisitTool:
 
     # ---- reading ---------------------------------------------------------------------------------------
 
-    def _read_all(self, urls: list[str]) -> list[tuple[_PageText | None, ToolFailure | None]]:
-        """``_read`` of every URL, in the order given, up to ``max_concurrent_reads`` in flight at once.
+    def _read_all(self, urls: list[str], until: Deadline) -> list[tuple[_PageText | None, ToolFailure | None]]:
+        """``_read`` of every URL, in the order given, up to ``max_concurrent_reads`` in flight at once, by ``until``.
 
         A read still running ``total_timeout_s`` plus ``READ_GRACE_S`` after it started is reported as a
         ``timeout`` and left behind, and its slot goes to the next URL: fetch limits bound each wait, but a server
         that drips its headers byte by byte, or a PDF that is slow to parse, would otherwise hold the call. A read
-        left behind ends with its own limits, or when ``close()`` closes the client under it.
+        left behind ends with its own limits (each fetch also stops at ``until``), or when ``close()`` closes the
+        client under it. When ``until`` passes (or its cancel is set), reads still running are left behind and
+        reads not started are not started.
         """
         results: list[tuple[_PageText | None, ToolFailure | None]] = [(None, None)] * len(urls)
         waiting = list(enumerate(urls))
@@ -241,16 +280,21 @@ class VisitTool:
         finished: queue.SimpleQueue[tuple[int, tuple[_PageText | None, ToolFailure | None]]] = queue.SimpleQueue()
 
         def read(index: int, url: str) -> None:
-            finished.put((index, self._read(url)))
+            finished.put((index, self._read(url, until)))
 
         while waiting or running:
+            if until.expired():  # the call's time is up: what is not read yet is not read
+                for index in [*running, *(index for index, _ in waiting)]:
+                    results[index] = (None, until.failure(urls[index]))
+                break
             while waiting and len(running) < self.max_concurrent_reads:
                 index, url = waiting.pop(0)
                 running[index] = time.monotonic() + self.limits.total_timeout_s + READ_GRACE_S
                 # A daemon thread: a read left behind never keeps the process alive at exit.
                 threading.Thread(target=read, args=(index, url), name="visit-read", daemon=True).start()
+            wait_s = max(0.0, min(min(running.values()) - time.monotonic(), until.left_s()))
             try:
-                index, result = finished.get(timeout=max(0.0, min(running.values()) - time.monotonic()))
+                index, result = finished.get(timeout=min(wait_s, _CANCEL_POLL_S) if until.cancel else wait_s)
                 if index in running:
                     results[index] = result
                     del running[index]
@@ -263,14 +307,14 @@ class VisitTool:
                     del running[index]
         return results
 
-    def _read(self, url: str) -> tuple[_PageText | None, ToolFailure | None]:
+    def _read(self, url: str, until: Deadline) -> tuple[_PageText | None, ToolFailure | None]:
         """Read one URL into passages, or say why not; never raises (one bad page must not sink the call)."""
         try:
-            return self._read_page(url)
+            return self._read_page(url, until)
         except Exception as exc:  # a fault in a parser or library on hostile input: this URL fails, the rest go on
             return None, ToolFailure("backend_error", url, f"reading failed: {type(exc).__name__}: {exc}")
 
-    def _read_page(self, url: str) -> tuple[_PageText | None, ToolFailure | None]:
+    def _read_page(self, url: str, until: Deadline) -> tuple[_PageText | None, ToolFailure | None]:
         try:
             if urlsplit(url).scheme == URL_SCHEME:
                 source, content_type = self._read_corpus(url)
@@ -282,6 +326,7 @@ class VisitTool:
                     allow_private=self.allow_private,
                     resolve=self.resolve,
                     allowed_networks=self.allowed_networks,
+                    deadline=until,
                 )
                 source, content_type = page.text, page.content_type
         except FetchError as exc:
@@ -326,8 +371,9 @@ class VisitTool:
 
     # ---- evidence and summary --------------------------------------------------------------------------
 
-    def _summarize(self, page: _PageText, goal: str) -> tuple[str, str, ToolFailure | None]:
-        """(evidence, summary, failure): the completer's when it answers with parseable JSON, else extractive."""
+    def _summarize(self, page: _PageText, goal: str, until: Deadline) -> tuple[str, str, ToolFailure | None]:
+        """(evidence, summary, failure): the completer's when it answers with parseable JSON, else extractive (also
+        once ``until`` has passed: the completer is not asked after the call's time is up)."""
         if self.completer is None:
             return (*self._extractive(page, goal), None)
         passages = select_passages(
@@ -337,6 +383,10 @@ class VisitTool:
         messages = [{"role": "user", "content": prompt}]
         problem = ""
         for _ in range(self.completer_attempts):
+            if until.expired():
+                failure = until.failure(page.url)
+                detail = f"{failure.detail}; the completer was not asked, extractive output used"
+                return (*self._extractive(page, goal), ToolFailure(failure.kind, page.url, detail))
             try:
                 reply = self.completer.complete(messages, max_tokens=self.completer_max_tokens)
             except Exception as exc:  # the model runtime failed: fall back, report, never raise into the loop

@@ -26,6 +26,9 @@ throttled or timed out, and at least one answered, the query has no results (an 
 holding Chinese ideographs (U+4E00..U+9FFF) are searched in region ``cn-zh``, others in ``us-en``, as the reference tool
 does (DR-Venus ``Inference/tool_server/tool_search.py`` sends ``gl=cn, hl=zh-cn`` for them).
 
+Under a ``Deadline`` (the search tool passes the session's), no engine is tried once it has passed or was cancelled,
+and no back-off sleep goes past it: the query then fails with ``WebSearchError`` saying so (nothing is cached).
+
 ``ddgs`` is an optional dependency (``pip install 'venus-edge[web]'``), imported on first search.
 """
 
@@ -38,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from venus_edge.tools.base import Deadline
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.errors import WebSearchError
 
@@ -127,17 +131,18 @@ class DdgsSearchBackend:
         self._cache: dict[tuple[str, str], list[Hit]] = {}
         self._preferred: str | None = None
 
-    def search(self, query: str, k: int) -> list[Hit]:
-        """Return at most ``k`` hits for ``query``, from the cache when this session already searched it.
+    def search(self, query: str, k: int, *, deadline: Deadline | None = None) -> list[Hit]:
+        """Return at most ``k`` hits for ``query``, from the cache when this session already searched it; by
+        ``deadline`` when given.
 
         Raises:
-            WebSearchError: every engine failed in every round.
+            WebSearchError: every engine failed in every round, or ``deadline`` passed first.
             ImportError: ddgs is not installed (with the pip command).
         """
         region = region_for(query)
         key = (query, region)
         if key not in self._cache:
-            self._cache[key] = self._search_uncached(query, region)
+            self._cache[key] = self._search_uncached(query, region, deadline or Deadline())
         return self._cache[key][:k]
 
     def backoff_s(self, round_index: int) -> float:
@@ -147,14 +152,20 @@ class DdgsSearchBackend:
 
     # ---- one query -------------------------------------------------------------------------------------
 
-    def _search_uncached(self, query: str, region: str) -> list[Hit]:
+    def _search_uncached(self, query: str, region: str, deadline: Deadline) -> list[Hit]:
         last: dict[str, SearchAttempt] = {}
         for round_index in range(self.max_rounds):
             waited_s = 0.0
             if round_index:
                 waited_s = self.backoff_s(round_index)
+                if waited_s >= deadline.left_s():  # the back-off would end past the call's deadline
+                    raise WebSearchError(f"no search engine answered {query!r} before the call's deadline "
+                                         f"(the next round was {waited_s:.1f} s of back-off away)")
                 self.sleep(waited_s)
             for name in self._engine_order():
+                if deadline.expired():
+                    raise WebSearchError(f"no search engine answered {query!r} before the call's deadline "
+                                         f"({'cancelled' if deadline.cancelled else 'time limit'})")
                 hits, attempt = self._try_engine(name, query, region)
                 if waited_s:  # the sleep delayed only the round's first attempt; the others followed at once
                     attempt = replace(attempt, waited_s=waited_s)

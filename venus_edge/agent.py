@@ -20,6 +20,9 @@ Departures from the reference:
 3. What happens at the budget is a context policy (``venus_edge.policies``): ``force-answer`` is the
    reference's behaviour; ``keep-last-k`` and ``summarize`` compact the conversation and go on researching.
 4. A killed session resumes from its journal (``Agent.resume``) at its last complete turn.
+5. The wall-clock limit binds tool calls too: each runs under the session's deadline and cancel event
+   (``tools.base.Deadline``) and is abandoned when it overruns them, where the reference checks the time only
+   between turns and lets a tool call run to its end.
 
 Usage:
 
@@ -77,8 +80,8 @@ from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, ma
 from venus_edge.result import Result, SessionTotals
 from venus_edge.session_lock import SessionLock
 from venus_edge.text import valid_text
-from venus_edge.tools.base import PreparedCall, Tool, ToolRegistry, ToolResult
-from venus_edge.tools.errors import ToolArgumentError
+from venus_edge.tools.base import Deadline, PreparedCall, Tool, ToolRegistry, ToolResult
+from venus_edge.tools.errors import ToolArgumentError, ToolInterrupted
 from venus_edge.trajectory import Journal, Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
@@ -319,11 +322,13 @@ class Agent:
 
         Text streams live: each ``TextDelta`` is yielded as the engine decodes it (``engine.stream_generation``).
         Setting ``cancel`` (from any thread) ends the session with termination ``cancelled``: a turn being
-        decoded stops at its next token and is dropped, a running tool call finishes first; the journal gets the
-        end record. Closing the generator early also stops the decode, but leaves the session without an end
-        record (resumable, as a killed process). An exception from the engine or the loop writes the end record
-        with termination ``error`` and goes on to the caller. ``session_id`` names the session in events and
-        journal (default a new random hex id).
+        decoded stops at its next token and is dropped, a running tool call is abandoned at once (our own tools
+        stop; the turn is recorded with a ``cancelled`` tool failure); the journal gets the end record. Tool calls
+        run under the session's deadline too: one that overruns ``time_limit_s`` (plus ``TOOL_GRACE_S``) is
+        abandoned with a ``timeout`` failure and the session ends with ``timeout``. Closing the generator early
+        also stops the decode, but leaves the session without an end record (resumable, as a killed process). An
+        exception from the engine or the loop writes the end record with termination ``error`` and goes on to the
+        caller. ``session_id`` names the session in events and journal (default a new random hex id).
 
         Raises:
             SessionLockedError: (when the generator starts) another writer is writing ``session_id`` to the same
@@ -897,10 +902,13 @@ class _Session:
         self.totals.tool_calls += 1
         yield ToolCalled(step, call.name, call.arguments, list(call.dropped), list(call.changes))
         started = time.monotonic()
+        deadline = Deadline(self.start + self.config.time_limit_s, self.cancel)
         try:
-            result = self.agent.registry.run(call)
+            result = self.agent.registry.run(call, deadline=deadline)
         except ToolArgumentError as exc:
             result = ToolResult(f"Error: {exc}")
+        except ToolInterrupted as exc:  # abandoned at the session's deadline or cancel: the loop ends next
+            result = self.agent.registry.interrupted_result(call, exc)
         except Exception as exc:  # a tool's bug must not end the session; the model sees a short error
             yield ErrorRaised(step, f"tool:{call.name}", "".join(traceback.format_exception_only(exc)).strip())
             result = ToolResult(f"Error: the {call.name} tool failed ({type(exc).__name__}). Try another call.")

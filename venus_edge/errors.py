@@ -32,7 +32,10 @@ nothing from the package, so every part may import it.
     │   │   └── UnreadableDocumentError a document that can no longer be read
     │   ├── FetchError              a page could not be fetched
     │   ├── PdfError                bytes that are not a readable PDF (also a ValueError)
-    │   └── WebSearchError          no search engine answered a query
+    │   ├── WebSearchError          no search engine answered a query
+    │   └── ToolInterrupted         a call stopped at its deadline (the session's time limit or cancel)
+    │       ├── ToolTimeout             the time limit passed
+    │       └── ToolCancelled           the session was cancelled
     ├── QuantizeError           HF checkpoint -> GGUF -> quantized GGUF (``venus_edge.quantize.errors``)
     │   ├── ConversionError         a checkpoint that cannot be converted; no output left behind
     │   │   ├── UnsupportedArchitectureError

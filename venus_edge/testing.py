@@ -118,12 +118,13 @@ class LlamaServer:
 class UvicornThread:
     """An ASGI app served by uvicorn on 127.0.0.1 in a thread of this process (tests and benchmarks of
     ``venus_edge.server``): ``with UvicornThread(app) as server: httpx.get(server.url + "/health")``.
+    ``uvicorn_options`` go to ``uvicorn.Config`` (``venus_edge.server.timeouts.uvicorn_options()``, as ``serve``).
 
     Raises:
         RuntimeError: uvicorn did not start within ``start_timeout_s`` seconds.
     """
 
-    def __init__(self, app: Any, *, start_timeout_s: float = 30.0) -> None:
+    def __init__(self, app: Any, *, start_timeout_s: float = 30.0, **uvicorn_options: Any) -> None:
         import threading
 
         import uvicorn
@@ -133,7 +134,7 @@ class UvicornThread:
             self.port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="off"))
+                                                    lifespan="off", **uvicorn_options))
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + start_timeout_s

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from venus_edge.engines.base import TextCompleter
-from venus_edge.tools.base import Tool
+from venus_edge.tools.base import Deadline, Tool, takes_deadline
 from venus_edge.tools.corpus import Corpus, Hit
 from venus_edge.tools.replay import RecordingTool, ReplayTool
 from venus_edge.tools.search import (
@@ -41,13 +41,15 @@ class MergedSearchBackend:
         self.backends = list(backends)
         self.attempts: list[BackendAttempt] = []
 
-    def search(self, query: str, k: int) -> list[Hit]:
+    def search(self, query: str, k: int, *, deadline: Deadline | None = None) -> list[Hit]:
+        """The merged hits; ``deadline`` goes to the backends that take one (the web's back-off)."""
         ranked, errors = [], []
         for backend in self.backends:
             log = attempt_log(backend)
             seen = len(log or ())
+            keywords = {"deadline": deadline} if deadline is not None and takes_deadline(backend.search) else {}
             try:
-                ranked.append(list(backend.search(query, k)))
+                ranked.append(list(backend.search(query, k, **keywords)))
             except Exception as exc:  # one backend down (the web rate-limited): the others still answer
                 errors.append(exc)
                 if log is None:  # a backend with a log has logged its own failure

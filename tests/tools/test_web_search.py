@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +19,7 @@ import pytest
 
 pytest.importorskip("ddgs", reason="the web extra is not installed: pip install 'venus-edge[web]'")
 
-from venus_edge.tools.base import ToolAttempt
+from venus_edge.tools.base import Deadline, ToolAttempt
 from venus_edge.tools.errors import WebSearchError
 from venus_edge.tools.search import BackendAttempt, SearchTool
 from venus_edge.tools.web_search import DdgsSearchBackend, SearchAttempt, region_for, split_snippet_date
@@ -348,3 +349,21 @@ def test_a_snippet_without_a_leading_date_is_unchanged(web: FakeWeb) -> None:
     result = SearchTool(backend(engines=("duckduckgo",)))({"query": ["toml"]})
     snippets = [hit["snippet"] for hit in json.loads(result.text)[0]["web_page_info_list"]]
     assert snippets == ["Parse TOML 1.0.0 & more.", "A config file format for “humans”."]
+
+
+def test_no_back_off_sleep_or_engine_try_goes_past_the_calls_deadline(web: FakeWeb) -> None:
+    """Throttled, with 2 s of back-off ahead and a deadline 1 s away: the query fails at once, uncached, without
+    sleeping; a deadline already past (or cancelled) tries no engine at all."""
+    for host in (DDG_HOST, BRAVE_HOST, MOJEEK_HOST):
+        web.serve(host, (429, ""))
+    b = backend(max_rounds=3, base_backoff_s=4.0, max_backoff_s=8.0)
+    with pytest.raises(WebSearchError, match="before the call's deadline"):
+        b.search("q", 10, deadline=Deadline.after(1.0))
+    assert b.sleep.delays == [] and len(web.requests) == 3
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(WebSearchError, match="cancelled"):
+        b.search("q", 10, deadline=Deadline(cancel=cancel))
+    assert len(web.requests) == 3, "an engine was tried after the cancel"
+    web.serve(DDG_HOST, (200, ddg_page(TOML)))
+    assert len(b.search("q", 10)) == 2, "a query that ran out of time is not cached as failed"

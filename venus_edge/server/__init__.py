@@ -1,5 +1,6 @@
 """Serving the agent to apps: ``ResearchService`` (sessions over one model), ``create_app`` (FastAPI: SSE
-research, OpenAI-compatible chat, the research page) and the MCP server (``venus_edge.server.mcp``).
+research, OpenAI-compatible chat, the research page), ``uvicorn_options`` (the HTTP server's header and keep-alive
+timeouts) and the MCP server (``venus_edge.server.mcp``).
 
 Needs the ``server`` extra (``pip install 'venus-edge[server]'``). ``venus-edge serve`` and ``venus-edge mcp``
 start them from the command line (``venus_edge.server.cli``). Names load on first use, so that the command line
@@ -18,6 +19,7 @@ _EXPORTS = LazyExports(__name__, {
     "mcp": ("ResearchOutput", "create_mcp_server", "run_mcp"),
     "service": ("QuestionTooLongError", "QueueFullError", "ResearchService", "SessionHandle", "SessionRequest",
                 "answer_with_sources"),
+    "timeouts": ("uvicorn_options",),
 })
 
 

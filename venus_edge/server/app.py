@@ -19,7 +19,8 @@ Routes (JSON unless said; errors are ``{"error": {"message", "type"}}``, the Ope
     POST   /v1/chat/completions      OpenAI chat: the last user message is the question; research progress
                                      streams as ``reasoning_content``, the answer (with its sources) as ``content``
 
-A full queue answers 429 with ``Retry-After``; a body over ``max_body_bytes`` 413; a bad request 422. With an
+A full queue answers 429 with ``Retry-After``; a body over ``max_body_bytes`` 413; a body not received within
+``body_timeout_s`` 408 (the connection is closed); a bad request 422. With an
 ``api_key`` every route but ``/`` needs ``Authorization: Bearer KEY`` (or the ``venus_edge_key`` cookie the page
 sets, since ``EventSource`` cannot send headers).
 """
@@ -52,6 +53,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from venus_edge.agent import unvisited_citations
 from venus_edge.result import Result
+from venus_edge.server.defaults import DEFAULT_BODY_TIMEOUT_S
 from venus_edge.server.service import (
     QuestionTooLongError,
     QueueFullError,
@@ -117,6 +119,7 @@ def create_app(
     max_body_bytes: int = 64 * 1024,
     model_name: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
 ) -> FastAPI:
     """The FastAPI app over ``service`` (serve it with uvicorn: ``venus-edge serve``).
 
@@ -128,7 +131,15 @@ def create_app(
         model_name: the id ``/v1/models`` reports (default the model file's name).
         allowed_hosts: Host headers answered (others get 400); ``serve`` on loopback gives ``LOOPBACK_HOSTS``,
             so that a web page rebinding its DNS name to 127.0.0.1 cannot use the server. None: any.
+        body_timeout_s: seconds a client has to send the whole request body; a slower one gets 408 and the
+            connection is closed (a client that promises a body and never sends it holds nothing). The headers'
+            own timeout is the HTTP server's (``venus_edge.server.timeouts``).
+
+    Raises:
+        ValueError: ``body_timeout_s`` is not positive.
     """
+    if not body_timeout_s > 0:
+        raise ValueError(f"body_timeout_s must be > 0, got {body_timeout_s}")
     app = FastAPI(title="venus-edge", docs_url=None, redoc_url=None, openapi_url=None)
     name = model_name or str(service.model_info.get("name") or "venus-edge")
     registry = CollectorRegistry()
@@ -242,7 +253,7 @@ def create_app(
         return _chat_completion(handle, name)
 
     # Added last = outermost: errors of the body limit and the key check carry CORS headers too.
-    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     if api_key:
         app.add_middleware(_BearerAuth, api_key=api_key)
     if allowed_hosts is not None:
@@ -478,11 +489,12 @@ class _ServiceCollector:
 
 class _BodyLimit:
     """413 for a request body over ``max_bytes``: at once from Content-Length, or as soon as a chunked body
-    passes the limit. The body is read here (it is small) and handed on; later ``receive`` calls (a client's
-    disconnect during a stream) go through."""
+    passes the limit; 408 (and the connection closed) for a body not received within ``timeout_s``. The body is
+    read here (it is small) and handed on; later ``receive`` calls (a client's disconnect during a stream) go
+    through."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -492,8 +504,13 @@ class _BodyLimit:
             return await self._refuse(send)
         body: collections.deque[Message] = collections.deque()
         size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                return await self._time_out(send)
             body.append(message)
             if message["type"] != "http.request":
                 break
@@ -510,6 +527,11 @@ class _BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         response = _error(413, f"request body over {self.max_bytes:,} bytes", "invalid_request_error")
+        await response({"type": "http"}, _no_body, send)
+
+    async def _time_out(self, send: Send) -> None:
+        response = _error(408, f"request body not received within {self.timeout_s:g} s", "invalid_request_error",
+                          {"Connection": "close"})  # the rest of the body may still come: do not read it as a request
         await response({"type": "http"}, _no_body, send)
 
 

@@ -3,6 +3,7 @@
 
     venus-edge serve --model M.gguf [--corpus DIR] [--web] [--host 127.0.0.1] [--port 8765] [--api-key KEY]
                      [--cors-origin URL] [--max-queue N] [--slots N] [--journal FILE]
+                     [--header-timeout S] [--body-timeout S] [--keep-alive S]
     venus-edge mcp --model M.gguf [--corpus DIR] [--transport stdio|http] [--host 127.0.0.1] [--port 8766]
                    [--journal FILE] [--max-queue N]
 
@@ -18,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from venus_edge.flags import add_session_arguments, check_key_text, check_session_arguments, size_argument
-from venus_edge.server.defaults import default_journal_path, is_loopback
+from venus_edge.server.defaults import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEP_ALIVE_S,
+    default_journal_path,
+    is_loopback,
+)
 from venus_edge.session import SessionSettings, open_session
 
 __all__ = ["add_commands", "run"]
@@ -47,6 +54,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        help="largest request body (default 64K)")
     serve.add_argument("--max-question-chars", type=int, default=4_000, metavar="N",
                        help="longest question in characters (default 4000)")
+    serve.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT_S, metavar="S",
+                       help="seconds a client has to send a request's headers, from connecting (or from its next "
+                            f"request's first byte); then 408 and the connection is closed (default "
+                            f"{DEFAULT_HEADER_TIMEOUT_S:g})")
+    serve.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",
+                       help="seconds a client has to send a request's whole body; then 408 and the connection is "
+                            f"closed (default {DEFAULT_BODY_TIMEOUT_S:g})")
+    serve.add_argument("--keep-alive", type=float, default=DEFAULT_KEEP_ALIVE_S, metavar="S",
+                       help="seconds an idle connection stays open after a response, in whole seconds (default "
+                            f"{DEFAULT_KEEP_ALIVE_S:g})")
 
     mcp = commands.add_parser("mcp", help="serve research, search and visit to MCP clients (stdio or streamable HTTP)")
     add_session_arguments(mcp, engine_key_flag="--engine-api-key")
@@ -81,6 +98,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     from venus_edge.server.app import create_app
     from venus_edge.server.service import ResearchService
+    from venus_edge.server.timeouts import uvicorn_options
 
     if not is_loopback(args.host) and not args.server_api_key:
         parser.error(f"--host {args.host} can be reached from other machines: give --api-key KEY (or "
@@ -89,18 +107,23 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_key_text(args.server_api_key, "the server's key (--api-key or $VENUS_EDGE_SERVER_KEY)", parser)
     if args.slots < 1 or args.max_queue < 0:
         parser.error("--slots must be at least 1 and --max-queue at least 0")
+    if min(args.header_timeout, args.body_timeout, args.keep_alive) <= 0:
+        parser.error(f"--header-timeout, --body-timeout and --keep-alive must be > 0 seconds, got "
+                     f"{args.header_timeout:g}, {args.body_timeout:g} and {args.keep_alive:g}")
     journal = args.journal or default_journal_path()
     with open_session(SessionSettings.from_args(args), samples=args.slots) as session:
         engines: list[Any] = session.parallel_engines(args.slots)
         service = ResearchService(engines, session.tools, session.config, journal_path=journal,
                                   max_queue=args.max_queue, max_question_chars=args.max_question_chars)
         app = create_app(service, api_key=args.server_api_key, cors_origins=args.cors_origin,
-                         max_body_bytes=args.max_body, allowed_hosts=_loopback_hosts(args.host))
+                         max_body_bytes=args.max_body, allowed_hosts=_loopback_hosts(args.host),
+                         body_timeout_s=args.body_timeout)
         access = "API key required" if args.server_api_key else "loopback only, no API key"
         print(f"venus-edge serve: http://{args.host}:{args.port}/ ({access}; {len(engines)} session(s) at once, "
               f"{args.max_queue} may wait; journal {journal})", file=sys.stderr, flush=True)
         try:
-            uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+            uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                        **uvicorn_options(header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive))
         finally:
             service.close()
     return 0

@@ -1,5 +1,6 @@
 """What ``serve`` and ``mcp`` share before any server loads (the command line parser reads it, so it stays light):
-the loopback rule that decides whether an API key is needed, and the journal's default path.
+the loopback rule that decides whether an API key is needed, the journal's default path, and the HTTP timeouts'
+defaults.
 """
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ from pathlib import Path
 __all__ = ["default_journal_path", "is_loopback"]
 
 LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+#: Seconds a client has to send a request's headers (``venus_edge.server.timeouts``; ``serve --header-timeout``).
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+#: Seconds a client has to send a request's whole body (``create_app``; ``serve --body-timeout``).
+DEFAULT_BODY_TIMEOUT_S = 30.0
+#: Seconds an idle keep-alive connection stays open after a response (uvicorn's default; ``serve --keep-alive``).
+DEFAULT_KEEP_ALIVE_S = 5.0
 
 
 def default_journal_path() -> Path:

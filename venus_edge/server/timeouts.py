@@ -1,0 +1,87 @@
+"""Timeouts of the HTTP server below the app: a connection must finish sending a request's headers within
+``header_timeout_s`` of opening (or of sending more after a response), so that a client that connects and sends
+nothing, or drips its headers a byte at a time (slow loris), does not hold a connection forever. uvicorn has no
+such timeout: its ``timeout_keep_alive`` covers an idle connection after a response only, and the app never sees a
+request whose headers are not complete. The request body has its own timeout in the app (``create_app``'s
+``body_timeout_s``).
+
+    uvicorn.run(app, **uvicorn_options(header_timeout_s=10.0, keep_alive_s=5.0))
+
+The protocol is uvicorn's h11 one (``uvicorn.protocols.http.h11_impl.H11Protocol``) with a timer: armed when the
+connection opens and when bytes of a next request arrive, cancelled when the request's headers are complete; at
+expiry the server answers ``408 Request Timeout`` and closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from venus_edge.server.defaults import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_KEEP_ALIVE_S
+
+__all__ = ["uvicorn_options"]
+
+
+def uvicorn_options(*, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+                    keep_alive_s: float = DEFAULT_KEEP_ALIVE_S) -> dict[str, Any]:
+    """The ``uvicorn.run`` / ``uvicorn.Config`` keywords for these timeouts, in seconds: the h11 protocol with a
+    header timeout (``http=``) and the idle keep-alive timeout (``timeout_keep_alive=``; uvicorn takes whole
+    seconds, rounded up here).
+
+    Raises:
+        ValueError: a timeout that is not positive.
+    """
+    if not header_timeout_s > 0 or not keep_alive_s > 0:
+        raise ValueError(f"timeouts must be > 0 s, got header {header_timeout_s}, keep-alive {keep_alive_s}")
+    protocol = type("HeaderTimeoutH11Protocol", (_HeaderTimeoutH11Protocol,), {"header_timeout_s": header_timeout_s})
+    return {"http": protocol, "timeout_keep_alive": max(1, int(-(-keep_alive_s // 1)))}
+
+
+_TIMEOUT_BODY = b"request headers not received in time\n"
+_TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
+
+
+class _HeaderTimeoutH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request's headers (``header_timeout_s``, set by
+    ``uvicorn_options`` on a subclass)."""
+
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._awaiting_headers():
+            if self._header_timer is None and not self.transport.is_closing():
+                self._arm_header_timer()  # bytes of a next request: its headers must come in time too
+        else:
+            self._cancel_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def _awaiting_headers(self) -> bool:
+        """No request is being served: the connection is new, or its last response is complete."""
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._on_header_timeout)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _on_header_timeout(self) -> None:
+        self._header_timer = None
+        if self._awaiting_headers() and not self.transport.is_closing():
+            # Raw bytes: h11 sends no response before it has read a request.
+            self.transport.write(_TIMEOUT_RESPONSE)
+            self.transport.close()
