@@ -13,7 +13,8 @@
 
 Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error; 4 the
 session ran to its end and its result is on stdout, but its trajectory (``--out``, ``--resume``) could not be saved
-whole (a full or read-only disk; one line on stderr says what was lost and where).
+whole (a full or read-only disk; one line on stderr says what was lost and where); 141 stdout's reader left
+(``| head``), ended quietly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +43,7 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.flags import add_memory_arguments, add_session_arguments, check_session_arguments
+from venus_edge.flags import add_memory_arguments, add_session_arguments, check_session_arguments, count_argument
 from venus_edge.session import SessionSettings, open_session
 from venus_edge.text import shown_path, valid_text
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from venus_edge.result import Result
 
 EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
 #: The result was printed but the journal asked for is incomplete: not 0, as a script that reads ``--out`` or will
 #: ``--resume`` must not take the file for whole; not 1 or 3, as the research itself did not fail.
 EXIT_NOT_SAVED = 4
@@ -88,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_plan_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = commands.add_parser("plan", help="choose n_ctx and the KV-cache type that fit a model in the RAM budget")
     plan.add_argument("model", metavar="MODEL", help="a GGUF path, or a hub repo owner/name[:file.gguf]")
-    plan.add_argument("--n-ctx", type=int, default=None, metavar="N",
+    plan.add_argument("--n-ctx", type=count_argument(1), default=None, metavar="N",
                       help="a fixed context window (default: the largest that fits, at most min(n_ctx_train, 32768))")
     add_memory_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -181,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; the trajectory written so far is kept", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout's reader left (`| head`): end quietly, as a killed writer would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not raise again
+        return EXIT_BROKEN_PIPE
     parser.error(f"unknown command {args.command!r}")
 
 

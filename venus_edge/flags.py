@@ -6,7 +6,9 @@ the settings record the rest of the package takes.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
@@ -14,7 +16,7 @@ from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.text import valid_text
 
 __all__ = ["add_memory_arguments", "add_session_arguments", "check_key_text", "check_session_arguments",
-           "size_argument"]
+           "count_argument", "seconds_argument", "size_argument", "temperature_argument"]
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: str = "--api-key") -> None:
@@ -40,37 +42,80 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: s
                         help="answer tool calls only from the records in DIR: no corpus, web or network needed")
     parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
                         help="let visit fetch this private network, e.g. 10.20.0.0/16 (repeatable)")
-    parser.add_argument("--search-results", type=int, default=10, metavar="N",
+    parser.add_argument("--search-results", type=count_argument(1), default=10, metavar="N",
                         help="results per search query (default 10, as DR-Venus was trained)")
     parser.add_argument("--extractive-visit", action="store_true",
                         help="visit shows the page passages that match the goal, without a model-written summary "
                              "(for models too small to summarize)")
-    parser.add_argument("--max-turns", type=int, default=200, metavar="N", help="model turns at most (default 200)")
-    parser.add_argument("--max-tokens", type=int, default=15_000, metavar="N",
+    parser.add_argument("--max-turns", type=count_argument(1), default=200, metavar="N",
+                        help="model turns at most (default 200)")
+    parser.add_argument("--max-tokens", type=count_argument(1), default=15_000, metavar="N",
                         help="new tokens per turn (default 15000)")
-    parser.add_argument("--time-limit", type=float, default=9_000.0, metavar="S", help="wall-clock limit in seconds")
-    parser.add_argument("--n-ctx", type=int, default=None, metavar="N",
+    parser.add_argument("--time-limit", type=seconds_argument, default=9_000.0, metavar="S",
+                        help="wall-clock limit in seconds")
+    parser.add_argument("--n-ctx", type=count_argument(1), default=None, metavar="N",
                         help="context window in tokens (of each sample's sequence when several run at once)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    parser.add_argument("--threads", type=count_argument(1), default=None, metavar="N",
+                        help="CPU threads (default: physical cores)")
     add_memory_arguments(parser)
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="do not save or restore the system prompt's KV state (kept under "
                              "$XDG_CACHE_HOME/venus-edge/prompt-cache; see README, Prompt cache)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("--temperature", type=temperature_argument, default=1.0,
+                        help="sampling temperature (default 1.0)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
-    parser.add_argument("--min-tool-calls", type=int, default=0, metavar="N",
+    parser.add_argument("--min-tool-calls", type=count_argument(0), default=0, metavar="N",
                         help="with --strict, tool calls required before an answer is allowed (default 0)")
     parser.add_argument("--context-policy", choices=("force-answer", "keep-last-k", "summarize"),
                         default="force-answer",
                         help="at the context budget: force the final answer (default, as trained), keep only the "
                              "last K tool results whole, or summarize the evidence and restart")
-    parser.add_argument("--keep-last", type=int, default=3, metavar="K",
+    parser.add_argument("--keep-last", type=count_argument(0), default=3, metavar="K",
                         help="tool results kept whole by --context-policy keep-last-k (default 3)")
-    parser.add_argument("--answer-reserve", type=int, default=1_024, metavar="N",
+    parser.add_argument("--answer-reserve", type=count_argument(0), default=1_024, metavar="N",
                         help="tokens of n_ctx always kept free for the final answer, at least (default 1024; "
                              "grows to the longest turn seen)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def count_argument(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number of at least ``minimum`` (turns, tokens, threads, results): any other
+    value is a usage error naming the flag, never a traceback from deeper in."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    count.__name__ = "count"  # argparse names the type in its messages
+    return count
+
+
+def seconds_argument(text: str) -> float:
+    """``--time-limit``: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, got {text!r}")
+    return value
+
+
+def temperature_argument(text: str) -> float:
+    """``--temperature``: a finite number, at least 0 (0 is greedy)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text!r}")
+    return value
 
 
 def size_argument(text: str) -> int:
@@ -102,12 +147,6 @@ def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentP
             parser.error(f"--corpus {folder}: not a directory")
     if args.replay and not args.replay.is_dir():
         parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
-    if args.max_turns < 1:
-        parser.error("--max-turns must be at least 1")
-    if args.keep_last < 0:
-        parser.error("--keep-last must be at least 0")
-    if args.answer_reserve < 0:
-        parser.error("--answer-reserve must be at least 0")
     check_key_text(args.api_key, "the bearer token for --base-url (--api-key or $VENUS_EDGE_API_KEY)", parser)
     if args.engine == "openai" and not args.base_url:
         parser.error("--engine openai needs --base-url URL (e.g. http://127.0.0.1:8080)")

@@ -1,0 +1,67 @@
+"""The command line's numeric flags: every value is either taken or refused as a usage error that names the flag,
+never a traceback from deeper in (issue 26: ``--n-ctx 0`` and ``--max-tokens 0`` raised ValueError from the
+planner and the sampling settings); output to a closed pipe ends quietly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from venus_edge.cli import EXIT_BROKEN_PIPE, build_parser
+
+# flag -> (values taken, values refused)
+NUMERIC_FLAGS = {
+    "--n-ctx": (["1", "4096"], ["0", "-5", "abc", "1.5", ""]),
+    "--max-tokens": (["1", "15000"], ["0", "-1", "many"]),
+    "--max-turns": (["1", "200"], ["0", "-2", "2.0"]),
+    "--threads": (["1", "16"], ["0", "-3", "all"]),
+    "--search-results": (["1", "10"], ["0", "-2", "x"]),
+    "--time-limit": (["0.5", "9000", "1e3"], ["0", "-1", "nan", "inf", "-inf", "soon"]),
+    "--temperature": (["0", "0.7", "1"], ["-0.1", "nan", "inf", "hot"]),
+    "--min-tool-calls": (["0", "3"], ["-1", "some"]),
+    "--keep-last": (["0", "3"], ["-1", "k"]),
+    "--answer-reserve": (["0", "1024"], ["-1", "lots"]),
+}
+DEST = {"--n-ctx": "n_ctx", "--max-tokens": "max_tokens", "--max-turns": "max_turns", "--threads": "threads",
+        "--search-results": "search_results", "--time-limit": "time_limit", "--temperature": "temperature",
+        "--min-tool-calls": "min_tool_calls", "--keep-last": "keep_last", "--answer-reserve": "answer_reserve"}
+
+
+@pytest.mark.parametrize("command", ["research", "eval", "serve", "mcp"])
+@pytest.mark.parametrize(("flag", "value"), [(f, v) for f, (_, bad) in NUMERIC_FLAGS.items() for v in bad])
+def test_a_bad_numeric_value_is_a_usage_error_naming_the_flag(command, flag, value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([command, f"{flag}={value}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("flag", "value"), [(f, v) for f, (good, _) in NUMERIC_FLAGS.items() for v in good])
+def test_a_good_numeric_value_is_taken_as_its_number(flag, value):
+    args = build_parser().parse_args(["research", "q", f"{flag}={value}"])
+    assert getattr(args, DEST[flag]) == pytest.approx(float(value))
+
+
+def test_plan_refuses_a_context_of_zero(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["plan", "m.gguf", "--n-ctx", "0"])
+    assert "argument --n-ctx: must be at least 1" in capsys.readouterr().err
+
+
+def test_output_to_a_closed_pipe_ends_quietly(smollm2_gguf: Path):
+    """``venus-edge plan --json | head -c 400`` printed a BrokenPipeError traceback. The pipe's reader is gone
+    before the command writes, so the write certainly fails."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "venus_edge.cli", "plan", str(smollm2_gguf), "--json"],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert done.returncode == EXIT_BROKEN_PIPE, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
