@@ -16,7 +16,7 @@ from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.text import valid_text
 
 __all__ = ["add_memory_arguments", "add_session_arguments", "check_key_text", "check_session_arguments",
-           "count_argument", "seconds_argument", "size_argument", "temperature_argument"]
+           "count_argument", "number_argument", "size_argument"]
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: str = "--api-key") -> None:
@@ -51,7 +51,7 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: s
                         help="model turns at most (default 200)")
     parser.add_argument("--max-tokens", type=count_argument(1), default=15_000, metavar="N",
                         help="new tokens per turn (default 15000)")
-    parser.add_argument("--time-limit", type=seconds_argument, default=9_000.0, metavar="S",
+    parser.add_argument("--time-limit", type=number_argument(0, inclusive=False), default=9_000.0, metavar="S",
                         help="wall-clock limit in seconds")
     parser.add_argument("--n-ctx", type=count_argument(1), default=None, metavar="N",
                         help="context window in tokens (of each sample's sequence when several run at once)")
@@ -61,7 +61,7 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: s
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="do not save or restore the system prompt's KV state (kept under "
                              "$XDG_CACHE_HOME/venus-edge/prompt-cache; see README, Prompt cache)")
-    parser.add_argument("--temperature", type=temperature_argument, default=1.0,
+    parser.add_argument("--temperature", type=number_argument(0, inclusive=True), default=1.0,
                         help="sampling temperature (default 1.0)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
@@ -96,26 +96,22 @@ def count_argument(minimum: int) -> Callable[[str], int]:
     return count
 
 
-def seconds_argument(text: str) -> float:
-    """``--time-limit``: a positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, got {text!r}")
-    return value
+def number_argument(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number above ``minimum`` (or equal to it, ``inclusive``): seconds,
+    temperatures. NaN, infinities and words are a usage error naming the flag, as in ``count_argument``."""
+    bound = f"of at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
 
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(value) and (value >= minimum if inclusive else value > minimum)):
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
+        return value
 
-def temperature_argument(text: str) -> float:
-    """``--temperature``: a finite number, at least 0 (0 is greedy)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text!r}")
-    return value
+    number.__name__ = "number"  # argparse names the type in its messages
+    return number
 
 
 def size_argument(text: str) -> int:
