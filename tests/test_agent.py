@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from venus_edge import protocol
+from venus_edge import result as result_module
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import _Progress
 from venus_edge.errors import ContextOverflowError
@@ -348,3 +349,29 @@ def test_events_carry_the_records_and_keep_their_wire_shape(tools, tmp_path):
         "compaction_tokens_reevaluated"]  # the 13 keys; resumed_at_turn and final_turn_mean_logprob only when set
     end = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()][-1]
     assert end["record"] == "end" and end["totals"] == result.totals.to_dict()
+
+
+def test_every_termination_has_its_words_and_only_a_chosen_answer_reads_as_one() -> None:
+    """Each termination reason the loop records (the upper-case constants of ``venus_edge.result``) has its label
+    and outcome in ``TERMINATIONS``, which the CLI and the page read; only ``answered`` is an ``answer``, the
+    answers a limit forced are ``forced_answer``, and no label of a non-answer starts with "Answered"."""
+    reasons = {value for name, value in vars(result_module).items()
+               if name.isupper() and isinstance(value, str) and name != "NO_SOURCES"}
+    assert reasons == set(result_module.TERMINATIONS), reasons ^ set(result_module.TERMINATIONS)
+    outcomes = {name: t.outcome for name, t in result_module.TERMINATIONS.items()}
+    assert [name for name, outcome in outcomes.items() if outcome == "answer"] == ["answered"]
+    assert {name for name, outcome in outcomes.items() if outcome == "forced_answer"} == {
+        "answered_max_steps", "answered_token_limit"}
+    assert not [t.label for t in result_module.TERMINATIONS.values()
+                if t.outcome != "answer" and t.label.startswith("Answered")]
+    unknown = result_module.termination_of("stopped_by_a_newer_version")
+    assert (unknown.label, unknown.outcome) == ("Stopped by a newer version", "no_answer")
+
+
+def test_a_tool_call_turn_journals_the_seconds_its_tool_took(tools, tmp_path):
+    """``Turn.tool_s`` is the ``ToolReturned`` event's ``elapsed_s`` (the page shows it live and reopened); a turn
+    without a call has none."""
+    _, events, _ = run([call("search", query=["tomllib"]), answer("done")], tools, tmp_path)
+    (returned,) = [e for e in events if isinstance(e, ToolReturned)]
+    (trajectory,) = read_trajectories(tmp_path / "t.jsonl")
+    assert [t.tool_s for t in trajectory.turns] == [returned.elapsed_s, None]

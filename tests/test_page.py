@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from venus_edge.agent import AgentConfig
+from venus_edge.result import NO_SOURCES, TERMINATIONS
 from venus_edge.server.app import create_app
 from venus_edge.server.service import ResearchService
 from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, tool_call_turn
@@ -54,13 +57,14 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def serve(tools: list[Any], tmp_path: Path) -> Iterator[Callable[..., tuple[str, ResearchService]]]:
-    """``serve(turns, api_key=None, max_queue=8)``: the app over a service on a scripted engine, on 127.0.0.1;
-    returns (base URL, service)."""
+    """``serve(turns, api_key=None, max_queue=8, config=AgentConfig())``: the app over a service on a scripted
+    engine (``turns``: its list of turns, or its policy), on 127.0.0.1; returns (base URL, service)."""
     running: list[tuple[UvicornThread, ResearchService]] = []
 
-    def start(turns: list[Any], *, api_key: str | None = None, max_queue: int = 8) -> tuple[str, ResearchService]:
+    def start(turns: list[Any] | Callable[[str], Any], *, api_key: str | None = None, max_queue: int = 8,
+              config: AgentConfig | None = None) -> tuple[str, ResearchService]:
         engine = ScriptedEngine(turns, piece_chars=8, delay_s=0.03)
-        service = ResearchService([engine], tools, AgentConfig(), journal_path=tmp_path / "journal.jsonl",
+        service = ResearchService([engine], tools, config or AgentConfig(), journal_path=tmp_path / "journal.jsonl",
                                   max_queue=max_queue)
         server = UvicornThread(create_app(service, api_key=api_key))
         running.append((server, service))
@@ -206,5 +210,109 @@ def test_with_an_api_key_the_page_asks_for_it_and_then_works(serve: Any, context
     page.click("#ask")  # POST with the cookie, then EventSource (which cannot send headers) with the cookie
     sync_api.expect(page.locator("#answer")).to_have_text("Nothing needed reading.")
     sync_api.expect(page.locator("#status")).to_have_text("Answered")
-    sync_api.expect(page.locator("#sources-box")).to_be_hidden()
+    sync_api.expect(page.locator("#sources-head")).to_have_text(f"Sources: {NO_SOURCES}")  # as the CLI says it
+    sync_api.expect(page.locator("#sources")).to_be_hidden()
     sync_api.expect(page.locator("#history li.session")).to_contain_text(QUESTION)
+
+
+def _sleep_then(seconds: float, turns: list[str]) -> Callable[[str], str]:
+    """A scripted engine's policy: wait ``seconds`` before the first turn (so that a time limit below it has passed
+    when the turn ends), then give ``turns`` in order."""
+    def policy(prompt: str) -> str:
+        if len(turns) == remaining[0]:
+            time.sleep(seconds)
+        return turns.pop(0)
+    remaining = [len(turns)]
+    return policy
+
+
+# (termination, the engine's turns (made afresh for each run), the server's limits, what the answer box says)
+ENDINGS: list[tuple[str, Callable[[], Any], dict[str, Any], str]] = [
+    ("answered", lambda: [answer_turn("Nothing needed reading.")], {}, "Nothing needed reading."),
+    ("answered_max_steps", lambda: [tool_call_turn("search", query=["tomllib"]), answer_turn("A guess, forced.")],
+     {"max_turns": 1}, "A guess, forced."),
+    ("max_steps", lambda: [tool_call_turn("search", query=["tomllib"]),
+                           tool_call_turn("search", query=["toml parsing"])],
+     {"max_turns": 1}, "No answer: turn limit."),
+    ("timeout", lambda: _sleep_then(0.6, [tool_call_turn("search", query=["tomllib"]), answer_turn("too late")]),
+     {"time_limit_s": 0.5}, "No answer: time limit."),
+    ("error", lambda: [RuntimeError("the engine broke")], {}, "No answer: Failed."),
+]
+
+
+@pytest.mark.parametrize(("termination", "turns", "limits", "answer"), ENDINGS, ids=[e[0] for e in ENDINGS])
+def test_each_ending_has_its_own_words_and_the_reopened_view_shows_the_same(
+        serve: Any, context: Any, termination: str, turns: Callable[[], Any], limits: dict[str, Any],
+        answer: str) -> None:
+    """The status names how the session ended in the server's words (``venus_edge.result.TERMINATIONS``), green
+    only for an answer the model chose; a session reopened from the list shows the same status, the same figures
+    (turns, seconds, tokens) and the same tool lines (with their seconds) as the live view did."""
+    url, service = serve(turns(), config=AgentConfig(**limits))
+    expected = TERMINATIONS[termination]
+    page = context.new_page()
+    page.goto(url)
+    page.fill("#question", QUESTION)
+    page.click("#ask")
+    result = page.locator("#result[data-from='journal']")  # the live box, drawn again from the journal at the end
+    sync_api.expect(result).to_be_visible()
+    (handle,) = service.sessions.values()
+    assert handle.result is not None and handle.result.termination == termination
+    status = page.locator("#status")
+    sync_api.expect(status).to_have_text(expected.label)
+    sync_api.expect(status).to_have_attribute("data-outcome", expected.outcome)
+    sync_api.expect(page.locator("#answer")).to_have_text(answer)
+    live_meta = page.locator("#result-meta").text_content() or ""
+    assert re.search(r"\d+ turns · \d+\.\d s · ", live_meta), live_meta
+    live_lines = page.locator("#turns .line").all_text_contents()
+    if termination == "answered":
+        assert expected.outcome == "answer"
+        sync_api.expect(page.locator("#sources-head")).to_have_text(f"Sources: {NO_SOURCES}")
+    else:  # not one of the others says "Answered"
+        assert expected.outcome != "answer" and not expected.label.startswith("Answered")
+    ok_color = page.evaluate("""() => { const probe = document.createElement('span'); probe.style.color = 'var(--ok)';
+        document.body.append(probe); const color = getComputedStyle(probe).color; probe.remove(); return color; }""")
+    is_green = status.evaluate("(node) => getComputedStyle(node).color") == ok_color
+    assert is_green == (termination == "answered"), (termination, ok_color)
+    if termination in ("answered_max_steps", "max_steps", "timeout"):
+        assert any(re.search(r"search returned [\d,]+ characters in \d+\.\d s", line) for line in live_lines), \
+            live_lines
+
+    page.goto(url)
+    entry = page.locator("#history li.session")
+    sync_api.expect(entry).to_contain_text(expected.label)
+    sync_api.expect(entry.locator(".meta")).to_have_attribute("data-outcome", expected.outcome)
+    entry.locator("button").click()
+    sync_api.expect(result).to_be_visible()
+    sync_api.expect(status).to_have_text(expected.label)
+    sync_api.expect(status).to_have_attribute("data-outcome", expected.outcome)
+    sync_api.expect(page.locator("#answer")).to_have_text(answer)
+    sync_api.expect(page.locator("#result-meta")).to_have_text(live_meta)
+    assert page.locator("#turns .line").all_text_contents() == live_lines
+
+
+def test_the_sidebar_counts_turns_while_a_session_runs(serve: Any, context: Any) -> None:
+    """The list's entry of the running session says the turn it is on, as each turn starts (and after a refresh
+    of the list); the engine holds turn 2 until the test has looked."""
+    release = threading.Event()
+    script = [tool_call_turn("search", query=["tomllib"]), answer_turn(f"Use tomllib (see {TOML_PAGE}).")]
+
+    def engine_policy(prompt: str) -> str:
+        if len(script) == 1:  # turn 2: wait until the test lets it go
+            release.wait()
+        return script.pop(0)
+
+    url, _ = serve(engine_policy)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.fill("#question", QUESTION)
+        page.click("#ask")
+        entry = page.locator("#history li.session .meta")
+        sync_api.expect(page.locator("#status")).to_have_text("Turn 2…")
+        sync_api.expect(entry).to_contain_text("running · turn 2")
+        page.click("#refresh")  # the server's list says the same (turn 1 is in the journal)
+        sync_api.expect(entry).to_contain_text("running · turn 2")
+    finally:
+        release.set()
+    sync_api.expect(page.locator("#status")).to_have_text("Answered")
+    sync_api.expect(entry).to_contain_text("Answered · 2 turns")

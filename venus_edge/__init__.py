@@ -32,7 +32,7 @@ from venus_edge.lazy import LazyExports as _LazyExports
 # Keys are module paths under venus_edge; the engines' names come from their modules in venus_edge.engines.
 _MODULE_EXPORTS = {
     "agent": ("Agent", "AgentConfig", "resumable_session"),
-    "result": ("Result", "SessionTotals"),
+    "result": ("NO_SOURCES", "TERMINATIONS", "Result", "SessionTotals", "Termination", "termination_of"),
     "engines.base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
                      "stream_generation"),
     "engines.batched": ("BatchedLlamaCppEngine", "SequenceEngine"),

@@ -77,7 +77,19 @@ from venus_edge.events import (
 )
 from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar
 from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
-from venus_edge.result import Result, SessionTotals
+from venus_edge.result import (
+    ANSWERED,
+    ANSWERED_MAX_STEPS,
+    ANSWERED_TOKEN_LIMIT,
+    CANCELLED,
+    ERROR,
+    LLM_ERROR,
+    MAX_STEPS,
+    TIMEOUT,
+    TOKEN_LIMIT_NO_ANSWER,
+    Result,
+    SessionTotals,
+)
 from venus_edge.session_lock import SessionLock
 from venus_edge.text import valid_text
 from venus_edge.tools.base import Deadline, PreparedCall, Tool, ToolRegistry, ToolResult
@@ -85,22 +97,9 @@ from venus_edge.tools.errors import ToolArgumentError, ToolInterrupted
 from venus_edge.trajectory import Journal, Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
+# The termination reasons (ANSWERED, MAX_STEPS, ...) and their words live in venus_edge.result.
 __all__ = ["Agent", "AgentConfig", "resumable_session"]
 logger = logging.getLogger(__name__)
-
-# Termination reasons, as the reference loop records them.
-ANSWERED = "answered"
-ANSWERED_TOKEN_LIMIT = "answered_token_limit"
-ANSWERED_MAX_STEPS = "answered_max_steps"
-TOKEN_LIMIT_NO_ANSWER = "token_limit_no_answer"
-MAX_STEPS = "max_steps"
-TIMEOUT = "timeout"
-LLM_ERROR = "llm_error"
-#: Ended by the caller (``cancel`` set): the turn in flight stops at its next token and is not recorded.
-CANCELLED = "cancelled"
-#: Ended by an unexpected exception (an engine's, a bug): the end record holds it as ``error`` and the exception
-#: goes on to the caller (the server answers ``session_finished`` with this termination).
-ERROR = "error"
 
 #: The least room, in tokens, that n_ctx must leave for the question and the research after the system prompt and
 #: the answer reserve; settings leaving less are refused when the agent is built.
@@ -681,12 +680,12 @@ class _Session:
                 return (yield from self._end(ANSWERED, parsed.answer))
             if attempt.call is not None:
                 self.tool_calls[index] = {"name": attempt.call.name, "arguments": attempt.call.arguments}
-                result = yield from self._call_tool(step, attempt.call)
+                result, tool_s = yield from self._call_tool(step, attempt.call)
                 text = protocol.observation(result.text)
             else:
-                result, text = ToolResult(""), protocol.observation(protocol.FORMAT_ERROR_NOTICE)
+                result, text, tool_s = ToolResult(""), protocol.observation(protocol.FORMAT_ERROR_NOTICE), None
             self.messages.append({"role": "user", "content": text})
-            yield from self._record_turn(step, attempt, text, result)
+            yield from self._record_turn(step, attempt, text, result, tool_s)
             used = len(self._prompt_ids())
             if used > self.budget:
                 yield LimitReached(step, "context", f"prompt is {used:,} tokens; budget is {self.budget:,}")
@@ -897,7 +896,8 @@ class _Session:
         tail_len = self.config.repetition_tail_chars
         return len(text) >= tail_len and text.count(text[-tail_len:]) > self.config.repetition_max_count
 
-    def _call_tool(self, step: int, call: PreparedCall) -> Generator[Event, None, ToolResult]:
+    def _call_tool(self, step: int, call: PreparedCall) -> Generator[Event, None, tuple[ToolResult, float]]:
+        """Run ``call``; its result and the seconds it took (rounded to milliseconds, as ``ToolReturned`` says)."""
         self.call_keys.add(call.key)
         self.totals.tool_calls += 1
         yield ToolCalled(step, call.name, call.arguments, list(call.dropped), list(call.changes))
@@ -920,10 +920,10 @@ class _Session:
             yield ToolAttempted(step, call.name, a.backend, a.target, a.outcome, a.detail, a.waited_s)
         yield ToolReturned(step, call.name, len(result.text), list(result.visited_urls),
                            [f.to_dict() for f in result.failures], round(elapsed, 3))
-        return result
+        return result, round(elapsed, 3)
 
     def _record_turn(self, step: int, attempt: _Attempt, observation: str | None,
-                     result: ToolResult) -> Iterator[Event]:
+                     result: ToolResult, tool_s: float | None = None) -> Iterator[Event]:
         parsed, completion, call = attempt.parsed, attempt.completion, attempt.call
         assert parsed is not None and completion is not None
         if parsed.kind == "answer" and completion.logprobs:  # the confidence that test-time aggregation weighs
@@ -940,7 +940,7 @@ class _Session:
             argument_changes=tuple(call.changes) if call else (),
             observation=observation, visited_urls=tuple(result.visited_urls),
             tool_failures=tuple(f.to_dict() for f in result.failures),
-            tool_attempts=tuple(a.to_dict() for a in result.attempts),
+            tool_attempts=tuple(a.to_dict() for a in result.attempts), tool_s=tool_s,
             replaces_last_observation=self.pending_notice, stats=completion.stats.to_dict(),
         )
         if self.journal:

@@ -1,14 +1,77 @@
-"""The records of a finished session: ``Result`` (what ``Agent.run`` returns and ``SessionFinished`` carries) and
-its ``SessionTotals``. Below the agent and its events, so that both can name them."""
+"""The records of a finished session: ``Result`` (what ``Agent.run`` returns and ``SessionFinished`` carries), its
+``SessionTotals``, and the ways a session ends (``TERMINATIONS``: each reason with the words people read for it,
+shared by the CLI, the research page, the chat endpoint and MCP). Below the agent and its events, so that both can
+name them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["Result", "SessionTotals"]
+__all__ = ["NO_SOURCES", "TERMINATIONS", "Result", "SessionTotals", "Termination", "termination_of"]
+
+# Termination reasons, as the reference loop records them (``Result.termination``, the journal's end record).
+ANSWERED = "answered"
+ANSWERED_TOKEN_LIMIT = "answered_token_limit"
+ANSWERED_MAX_STEPS = "answered_max_steps"
+TOKEN_LIMIT_NO_ANSWER = "token_limit_no_answer"
+MAX_STEPS = "max_steps"
+TIMEOUT = "timeout"
+LLM_ERROR = "llm_error"
+#: Ended by the caller (``cancel`` set): the turn in flight stops at its next token and is not recorded.
+CANCELLED = "cancelled"
+#: Ended by an unexpected exception (an engine's, a bug): the end record holds it as ``error`` and the exception
+#: goes on to the caller (the server answers ``session_finished`` with this termination).
+ERROR = "error"
+#: Not a reason a session gives: a journaled session without an end record (a killed run; resumable).
+INCOMPLETE = "incomplete"
+
+#: What is said of the sources of a session whose tools read nothing: ``Sources: none visited``.
+NO_SOURCES = "none visited"
+
+Outcome = Literal["answer", "forced_answer", "no_answer"]
+
+
+@dataclass(frozen=True)
+class Termination:
+    """One way a session ends, as people read it.
+
+    Attributes:
+        name: the reason as recorded (``Result.termination``).
+        label: the words shown for it: ``Answered``, ``Answer forced at the turn limit``, ``No answer: time limit``.
+        outcome: ``answer`` (the model chose to answer), ``forced_answer`` (it answered because a limit told it to:
+            an answer, but not one it was ready to give) or ``no_answer``. Only ``answer`` reads as a success.
+    """
+
+    name: str
+    label: str
+    outcome: Outcome
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "label": self.label, "outcome": self.outcome}
+
+
+#: Every termination reason with its words; ``termination_of`` reads it (and names an unknown one plainly).
+TERMINATIONS: dict[str, Termination] = {t.name: t for t in (
+    Termination(ANSWERED, "Answered", "answer"),
+    Termination(ANSWERED_MAX_STEPS, "Answer forced at the turn limit", "forced_answer"),
+    Termination(ANSWERED_TOKEN_LIMIT, "Answer forced at the context limit", "forced_answer"),
+    Termination(MAX_STEPS, "No answer: turn limit", "no_answer"),
+    Termination(TOKEN_LIMIT_NO_ANSWER, "No answer: context full", "no_answer"),
+    Termination(TIMEOUT, "No answer: time limit", "no_answer"),
+    Termination(LLM_ERROR, "No answer: model error", "no_answer"),
+    Termination(CANCELLED, "Cancelled", "no_answer"),
+    Termination(ERROR, "Failed", "no_answer"),
+    Termination(INCOMPLETE, "Incomplete (never finished)", "no_answer"),
+)}
+
+
+def termination_of(name: str) -> Termination:
+    """The ``Termination`` of the reason ``name``; an unknown reason (a newer journal) reads as its own words, as no
+    answer. A reader that holds a session without answer text shows it as no answer whatever this says."""
+    return TERMINATIONS.get(name) or Termination(name, name.replace("_", " ").capitalize() or "Ended", "no_answer")
 
 
 @dataclass

@@ -8,7 +8,7 @@ flushed and fsync'ed after each, so a killed process loses at most the turn in f
     {"record": "turn", "session_id": ..., "turn": 0, "content": "<think>\\n...", "token_ids": [...],
      "finish_reason": "eog", "attempts": 1, "format_errors": [...], "tool_call": {"name":..., "arguments":...},
      "observation": "<tool_response>\\n...\\n</tool_response>", "visited_urls": [...], "tool_failures": [...],
-     "tool_attempts": [...], "stats": {...}}
+     "tool_attempts": [...], "tool_s": 0.4, "stats": {...}}
     ...
     {"record": "compaction", "session_id": ..., "turn": 7, "policy": "keep-last-k", "tokens_before": ...,
      "tokens_after": ..., "tokens_reevaluated": ..., "detail": ..., "attempts": 0, "summary": null,
@@ -84,6 +84,7 @@ class Trajectory:
         sources: URLs actually read during the session.
         header: the whole start record (model, config, tools, date).
         compactions: the ``compaction`` records of the session, in order (see the module docstring).
+        end: the whole end record (``elapsed_s``, ``totals``, ``turns``, ...), or {} for an incomplete session.
     """
 
     session_id: str
@@ -96,6 +97,7 @@ class Trajectory:
     sources: list[str]
     header: dict[str, Any] = field(default_factory=dict)
     compactions: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] = field(default_factory=dict)
 
 
 class TrajectoryWriter:
@@ -242,7 +244,7 @@ _SHAPES: dict[str, tuple[dict[str, _Check], dict[str, _Check]]] = {
         "tool_call": ("null or {name: string, arguments: object}", _or_null(_is_tool_call)),
         "dropped_arguments": STRINGS, "argument_changes": STRINGS, "observation": STRING_OR_NULL,
         "visited_urls": STRINGS, "tool_failures": OBJECTS, "tool_attempts": OBJECTS,
-        "replaces_last_observation": STRING_OR_NULL,
+        "tool_s": ("a number or null", _or_null(_is_number)), "replaces_last_observation": STRING_OR_NULL,
         "stats": ("an object of numeric figures", _is_stats)}),
     "compaction": ({"turn": INTEGER, "messages": MESSAGES}, {
         "policy": STRING, "tokens_before": INTEGER, "tokens_after": INTEGER, "tokens_reevaluated": INTEGER,
@@ -429,6 +431,7 @@ def _assemble(session_id: str, parts: _Parts) -> Trajectory:
         sources=end.get("sources", []) if end else _visited(turns),
         header=start,
         compactions=compactions,
+        end=end or {},
     )
 
 

@@ -35,6 +35,8 @@ class Turn:
         visited_urls: URLs a tool read in this turn.
         tool_failures: ``ToolFailure.to_dict()`` of the tool call.
         tool_attempts: ``ToolAttempt.to_dict()`` of backend retries and fallbacks.
+        tool_s: seconds the tool call took (the ``ToolReturned`` event's ``elapsed_s``), or None (no call; a record
+            written before this field).
         replaces_last_observation: the limit notice that replaced the previous observation before this turn.
         stats: ``GenerationStats.to_dict()`` of the sample that made it.
     """
@@ -55,6 +57,7 @@ class Turn:
     visited_urls: tuple[str, ...] = ()
     tool_failures: tuple[dict[str, Any], ...] = ()
     tool_attempts: tuple[dict[str, Any], ...] = ()
+    tool_s: float | None = None
     replaces_last_observation: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
 

@@ -12,7 +12,7 @@ Routes (JSON unless said; errors are ``{"error": {"message", "type"}}``, the Ope
                                      disconnects cancels the session. stream false: 202 {"session_id", ...}
     GET    /v1/sessions              sessions in the journal and in memory, newest first; the journal's lines
                                      that could not be read (``skipped_lines``: line, reason)
-    GET    /v1/sessions/{id}         one session: state, turns, answer, sources (from the journal)
+    GET    /v1/sessions/{id}         one session: state, turns, answer, sources, timings (from the journal)
     GET    /v1/sessions/{id}/events  SSE of its events from ``Last-Event-ID`` + 1 (or 0), live; does not cancel
     DELETE /v1/sessions/{id}         cancel it
     GET    /v1/models                the one model (OpenAI shape)
@@ -52,7 +52,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from venus_edge.agent import unvisited_citations
-from venus_edge.result import Result
+from venus_edge.protocol import is_observation, observation_text
+from venus_edge.result import NO_SOURCES, TERMINATIONS, Result
 from venus_edge.server.defaults import DEFAULT_BODY_TIMEOUT_S
 from venus_edge.server.service import (
     QuestionTooLongError,
@@ -160,8 +161,7 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
-        return HTMLResponse(files("venus_edge.server").joinpath("static/index.html").read_text(encoding="utf-8"),
-                            headers=PAGE_HEADERS)
+        return HTMLResponse(_page_html(), headers=PAGE_HEADERS)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -211,10 +211,11 @@ def create_app(
                     "turns": []}
         if handle is not None:
             view["state"] = handle.state
-            if handle.result is not None:
-                result = handle.result
+            if handle.result is not None and not (trajectory is not None and trajectory.end):
+                result = handle.result  # nothing journaled of its end (a queued session cancelled, a full disk)
                 view.update(termination=result.termination, answer=result.answer, sources=result.sources,
-                            unvisited_citations=result.unvisited_citations)
+                            unvisited_citations=result.unvisited_citations, elapsed_s=result.elapsed_s,
+                            totals=result.totals.to_dict(), turn_count=result.turns)
         finite: dict[str, Any] = _finite(view)
         return finite
 
@@ -266,6 +267,21 @@ def create_app(
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+#: Where the page holds the words it shares with the CLI (``_page_html`` fills it in).
+WORDING_BLOCK = '<script id="wording" type="application/json">{}</script>'
+
+
+def _page_html() -> str:
+    """The research page with its wording filled in: each termination's label and outcome and the no-sources line
+    (``venus_edge.result``), so that the page and the CLI say the same."""
+    html = files("venus_edge.server").joinpath("static/index.html").read_text(encoding="utf-8")
+    wording = {"terminations": {name: t.to_dict() for name, t in TERMINATIONS.items()}, "no_sources": NO_SOURCES}
+    data = json.dumps(wording, ensure_ascii=False).replace("</", "<\\/")  # cannot close the script element
+    if WORDING_BLOCK not in html:
+        raise RuntimeError(f"the research page has lost its wording block {WORDING_BLOCK!r}")
+    return html.replace(WORDING_BLOCK, WORDING_BLOCK.replace("{}", data))
+
+
 def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
 
@@ -352,15 +368,29 @@ def _summary(trajectory: Trajectory, handle: SessionHandle | None) -> dict[str, 
 
 
 def _view(trajectory: Trajectory, handle: SessionHandle | None) -> dict[str, Any]:
+    """A journaled session as the page shows it: what the live events said, read back from the journal records.
+    A turn's ``observation_chars`` and ``tool_s`` are its ``tool_returned`` event's ``observation_chars`` and
+    ``elapsed_s``, ``stats`` its ``turn_completed`` event's; ``elapsed_s``, ``totals`` and ``turn_count`` are the
+    ``session_finished`` event's (absent while the session has not ended)."""
+    end = trajectory.end
     return {
         **_summary(trajectory, handle),
         "sources": trajectory.sources,
         "unvisited_citations": unvisited_citations(trajectory.answer or "", trajectory.sources),
+        **{name: end[name] for name in ("elapsed_s", "totals") if name in end},
+        **({"turn_count": end["turns"]} if "turns" in end else {}),
         "turns": [{"index": t.index, "kind": t.kind, "content": t.content, "tool_call": t.tool_call,
-                   "observation": t.observation, "visited_urls": list(t.visited_urls),
+                   "observation": t.observation, "observation_chars": _observation_chars(t.observation),
+                   "tool_s": t.tool_s, "visited_urls": list(t.visited_urls),
                    "tool_failures": list(t.tool_failures), "tool_attempts": list(t.tool_attempts),
-                   "dropped_arguments": list(t.dropped_arguments)} for t in trajectory.turns],
+                   "dropped_arguments": list(t.dropped_arguments), "format_errors": list(t.format_errors),
+                   "stats": dict(t.stats)} for t in trajectory.turns],
     }
+
+
+def _observation_chars(observation: str | None) -> int | None:
+    """Characters of the tool's text inside an observation (the ``tool_returned`` event's count), else None."""
+    return len(observation_text(observation)) if observation is not None and is_observation(observation) else None
 
 
 def _last_user_text(messages: Sequence[_ChatMessage]) -> str:

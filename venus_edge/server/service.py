@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from venus_edge.agent import CANCELLED, Agent, AgentConfig
+from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engines.base import Engine
 from venus_edge.errors import ContextOverflowError, VenusEdgeError
 from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
-from venus_edge.result import Result
+from venus_edge.result import CANCELLED, Result
 from venus_edge.text import valid_text
 from venus_edge.tools.base import Tool
 from venus_edge.trajectory import Journal, Trajectory, read_journal
