@@ -10,6 +10,10 @@ Tools (only those the session has; ``research`` always):
   result is the observation text the agent would see. A direct visit reads extractively (the page passages that
   match the goal): the model, busy with research sessions, writes no summary for it.
 
+The server announces the venus-edge package's version. Arguments a tool's schema refuses come back as one line that
+names the tool, each argument and what is wrong with it (``research: argument max_turns should be greater than or
+equal to 1 (got 0)``), not pydantic's report.
+
 Transports: stdio (default; stdout carries only the protocol, logs go to stderr) and streamable HTTP on a
 loopback address (``--transport http --host 127.0.0.1 --port 8766``, endpoint ``/mcp``).
 
@@ -25,6 +29,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,7 +37,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from venus_edge.result import Result
 from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest, answer_with_sources
@@ -41,7 +46,7 @@ from venus_edge.toolbox import close_tools
 from venus_edge.tools.base import Tool, ToolRegistry
 from venus_edge.tools.errors import ToolArgumentError
 
-__all__ = ["ResearchOutput", "create_mcp_server", "run_mcp"]
+__all__ = ["ResearchOutput", "argument_problems", "create_mcp_server", "run_mcp"]
 
 #: The event types a ``research`` call reports as progress (``text`` deltas are too many and too small).
 PROGRESS_EVENTS = frozenset({"turn_started", "tool_called", "tool_returned", "limit_reached", "context_compacted",
@@ -92,9 +97,10 @@ def create_mcp_server(service: ResearchService, tools: Sequence[Tool] | None = N
     closed service; ``search`` and ``visit`` with arguments their schema refuses. A tool's own failures (a page
     not found) are observation text, as the agent sees them.
     """
-    server = MCPServer(name, instructions="Deep research over the local corpus (and the web when enabled) by a "
-                                          "local model: call research with a question; search and visit read the "
-                                          "same sources directly.", log_level=log_level)  # type: ignore[arg-type]
+    instructions = ("Deep research over the local corpus (and the web when enabled) by a local model: call research "
+                    "with a question; search and visit read the same sources directly.")
+    server = _Server(name, version=version("venus-edge"), instructions=instructions,
+                     log_level=log_level)  # type: ignore[arg-type]
     registry = ToolRegistry(service.tools if tools is None else tools)
 
     async def research(
@@ -175,6 +181,35 @@ def run_mcp(settings: SessionSettings, *, transport: str = "stdio", host: str = 
         else:
             server.run("streamable-http", host=host, port=port)
     return 0
+
+
+class _Server(MCPServer[Any]):
+    """``MCPServer`` whose argument errors read as one line (``argument_problems``) instead of pydantic's report."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):  # the SDK logs the fields of a ValidationError cause
+                raise ToolError(argument_problems(name, exc.__cause__)) from exc.__cause__
+            raise
+
+
+def argument_problems(tool: str, error: ValidationError) -> str:
+    """One line naming ``tool`` and, for each argument its schema refuses, what is wrong and the value given:
+    ``research: argument question is required; argument max_turns should be greater than or equal to 1 (got 0)``."""
+    problems = []
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(part) for part in problem["loc"]) or "(all)"
+        if problem["type"] == "missing":
+            problems.append(f"argument {where} is required")
+            continue
+        message = problem["msg"].removeprefix("Input ").replace("\n", " ")
+        given = repr(problem.get("input"))
+        if len(given) > 40:
+            given = given[:39] + "…"
+        problems.append(f"argument {where} {message[:1].lower()}{message[1:]} (got {given})")
+    return f"{tool}: " + "; ".join(problems)
 
 
 class _Progress:

@@ -27,7 +27,7 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engines.base import Engine
 from venus_edge.errors import ContextOverflowError, VenusEdgeError
 from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
-from venus_edge.result import CANCELLED, Result
+from venus_edge.result import CANCELLED, Result, termination_of
 from venus_edge.text import valid_text
 from venus_edge.tools.base import Tool
 from venus_edge.trajectory import Journal, Trajectory, read_journal
@@ -45,7 +45,8 @@ def answer_with_sources(answer: str | None, termination: str, sources: Sequence[
                         unvisited_citations: Sequence[str]) -> str:
     """A finished session as one text for a chat or MCP client: the answer (or why there is none), its sources
     numbered, and the URLs it cites that no tool read."""
-    text = answer or f"(no answer: the research ended with '{termination}')"
+    why = termination_of(termination).label.removeprefix("No answer: ")  # the words the CLI and the page use
+    text = answer or f"(no answer: {why[:1].lower()}{why[1:]}; termination '{termination}')"
     if sources:
         text += "\n\nSources:\n" + "\n".join(f"{i}. {url}" for i, url in enumerate(sources, 1))
     if unvisited_citations:
