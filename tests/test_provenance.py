@@ -68,7 +68,7 @@ def test_a_damaged_cache_is_rebuilt_and_a_file_that_is_not_gguf_is_still_recorde
     assert record.sha256 == hashlib.sha256(b"not a model").hexdigest()
     assert (record.architecture, record.file_type, record.n_params) == (None, None, None)
     assert json.loads(cache.read_text())[str(other.resolve())]["sha256"] == record.sha256
-    with pytest.raises(ModelNotFoundError, match="missing.gguf"):
+    with pytest.raises(ModelNotFoundError, match=r"missing\.gguf"):
         model_file_record(tmp_path / "missing.gguf", hash_cache=cache)
 
 
