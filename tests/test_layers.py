@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("venus_edge.engines", "venus_edge.testing"),
     ("venus_edge.agent", "venus_edge.policies", "venus_edge.events", "venus_edge.result", "venus_edge.turn",
      "venus_edge.trajectory", "venus_edge.session_lock", "venus_edge.toolbox", "venus_edge.quantize"),
-    ("venus_edge.session", "venus_edge.flags"),
+    ("venus_edge.session", "venus_edge.flags", "venus_edge.provenance"),
     ("venus_edge.eval", "venus_edge.server", "venus_edge.bench"),
     ("venus_edge.cli", "venus_edge.train"),
 ]

@@ -18,7 +18,8 @@ The layers, lowest first (ARCHITECTURE.md; an import may only point down or side
 2. ``engines`` (and ``testing``, whose scripted engine needs only ``engines.base``)
 3. the agent: ``agent``, ``policies``, ``events``, ``result``, ``turn``, ``trajectory``, ``session_lock``,
    ``toolbox``; and ``quantize``
-4. ``session`` (``SessionSettings``, ``open_session``) and ``flags`` (the command line's session flags)
+4. ``session`` (``SessionSettings``, ``open_session``), ``flags`` (the command line's session flags) and
+   ``provenance`` (the record of what a run ran, for the reports)
 5. ``eval``, ``server``, ``bench``
 6. ``cli``, ``train``
 """
@@ -50,6 +51,7 @@ _MODULE_EXPORTS = {
     "grammar": ("GrammarLimits",),
     "policies": ("POLICIES", "Compaction", "CompactionContext", "ContextPolicy", "ForceAnswer", "KeepLastK",
                  "Summarize", "make_policy"),
+    "provenance": ("MachineInfo", "ModelFile", "RunRecord", "describe_run", "model_file_record"),
     "session_lock": ("SessionLock",),
     "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
@@ -119,6 +121,7 @@ if _TYPE_CHECKING:
         Summarize,
         make_policy,
     )
+    from venus_edge.provenance import MachineInfo, ModelFile, RunRecord, describe_run, model_file_record
     from venus_edge.result import Result, SessionTotals
     from venus_edge.session_lock import SessionLock
     from venus_edge.toolbox import MergedSearchBackend, close_tools, default_tools

@@ -150,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line the reports record
     if isinstance(getattr(args, "question", None), str):  # argv bytes that are not UTF-8 arrive as lone surrogates
         args.question = valid_text(args.question, source="the question argument")
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # a broken PDF is reported once, as a typed failure

@@ -1,4 +1,5 @@
-"""``venus-edge bench``: how fast and how big each GGUF runs here, beside llama.cpp's own figures.
+"""``venus-edge bench``: how fast and how big each GGUF runs here, beside llama.cpp's own figures. The report ends
+with what was run (``venus_edge.provenance``: the files and their SHA-256, every flag, versions, machine, date).
 
     venus-edge bench MODEL... [--n-ctx N] [--kv f16,q8_0] [--threads 2,4] [--prompt-lengths 128,512,2048]
                      [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--session FILE | --no-session]
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # rich is imported when a bar is shown
     from rich.progress import Progress, TaskID
+
+    from venus_edge.provenance import RunRecord
 
 __all__ = ["add_command", "run"]
 
@@ -88,13 +91,24 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(exc))
     session = None if args.no_session else measure.load_session(args.session or measure.shipped_session_path())
     reference = args.reference or pick_reference(models)
+    record = _run_record(args, models, reference)
     with _progress_bar(len(configs) * len(STAGES), quiet=args.quiet) as advance:
         report = run_bench(configs, session=session, reference=reference,
                            progress=lambda config, stage: advance(f"{config.name}: {stage}"))
+    report.run = record
     written = report.write(args.out, plots=not args.no_plot)
     print(report.markdown())
     print("written: " + ", ".join(str(path) for path in written), file=sys.stderr)
     return 0
+
+
+def _run_record(args: argparse.Namespace, models: list[Path], reference: Path | None) -> RunRecord:
+    """What this bench runs: every flag as given, the files measured (and the quality reference) with their hashes."""
+    from venus_edge.provenance import describe_run
+
+    flags = {key: value for key, value in vars(args).items() if key not in ("command", "argv")}
+    files = list(dict.fromkeys(path.resolve() for path in [*models, *([reference] if reference else [])]))
+    return describe_run("bench", models=files, flags=flags, command_line=getattr(args, "argv", None))
 
 
 class _progress_bar:

@@ -13,7 +13,9 @@ For each configuration (``BenchConfig``), in this process, one after the other:
 - decode tokens/s at several context depths (greedy, ``decode_tokens`` new tokens after a prompt of that depth),
   taking turns run by run with raw llama-cpp-python (``Llama.generate``, same file, threads, KV type, prompt and
   sampler), so that other load on the machine hits both alike; the best run of each is kept;
-- llama.cpp's ``llama-bench`` (``-n`` at ``-d`` depths, ``-p`` at the prompt lengths; random tokens, no sampler).
+- llama.cpp's ``llama-bench`` (``-n`` at ``-d`` depths, ``-p`` at the prompt lengths; random tokens, no sampler);
+- the one-minute load average as each stage starts and at the end: above the cores, other work shared the CPU and
+  the speeds are low and noisy (the report flags them).
 
 ``memory_bandwidth`` measures the machine's copy bandwidth; ``bandwidth_limit`` turns it into the decode speed
 that bandwidth allows (every weight byte and the KV cache up to the depth read once per token).
@@ -37,7 +39,7 @@ import venus_edge.protocol as protocol
 from venus_edge.engines.base import SamplingParams
 from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.memory.header import read_model_header
-from venus_edge.memory.machine import physical_cores
+from venus_edge.memory.machine import load_average, physical_cores
 from venus_edge.memory.plan import KVType, kv_bytes_per_token
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
@@ -120,6 +122,8 @@ class ConfigResult:
             when it is not built (``skipped`` says why).
         session: ``replay_session``'s figures, or None.
         quality: KL divergence and top-1 agreement against a reference file, or None.
+        load_average: the one-minute load average as each stage started (keyed by stage) and at the ``end``; None
+            where the system keeps none.
         skipped: what was not measured, and why.
     """
 
@@ -136,6 +140,7 @@ class ConfigResult:
     llama_bench: dict[str, dict[int, float]] | None = None
     session: dict[str, Any] | None = None
     quality: dict[str, Any] | None = None
+    load_average: dict[str, float | None] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,7 +223,12 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
     result = ConfigResult(config={**asdict(config), "model": str(config.model)}, model={
         "name": config.model.name, "file_type": header.file_type, "n_params": header.n_params,
         "file_bytes": config.model.stat().st_size, "weight_bytes": header.weight_bytes})
-    progress("load")
+
+    def stage(name: str) -> None:  # the load average as each stage starts: other work on the cores slows it
+        result.load_average[name] = load_average()
+        progress(name)
+
+    stage("load")
     before = _rss_bytes()
     start = time.perf_counter()
     engine = LlamaCppEngine(config.model, n_ctx=config.n_ctx, n_threads=config.threads, kv_type=config.kv_type,
@@ -228,7 +238,7 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
         plan = engine.memory_plan
         result.memory = {"weights": plan.weights_bytes, "kv": plan.kv_bytes, "compute": plan.compute_bytes,
                          "rss_loaded": _rss_bytes() - before}
-        progress("prefill")
+        stage("prefill")
         salt = 0
         for length in config.prompt_lengths:
             speeds = []
@@ -239,7 +249,7 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
                 assert completion.stats.prompt_tokens_reused == 0, "a prefill test reused the KV cache"
                 speeds.append(completion.stats.prefill_tokens_per_s)
             result.prefill[length] = max(speeds)
-        progress("first turn")
+        stage("first turn")
         first_turn = engine.tokenize(protocol.render_messages([
             {"role": "system", "content": protocol.render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-12-01")},
             {"role": "user", "content": FIRST_TURN_QUESTION}]))
@@ -252,10 +262,10 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
             ttfts.append(completion.stats.prefill_s)
         result.ttft_s, result.ttft_prompt_tokens = min(ttfts), len(first_turn)
         if session is not None:
-            progress("session")
+            stage("session")
             result.session = replay_session(engine, session)
         result.memory["rss_used"] = _rss_bytes() - before
-        progress("decode, and raw llama-cpp-python")
+        stage("decode, and raw llama-cpp-python")
         with _RawLlama(config) as raw:  # the two take turns, so that other load on the machine hits both alike
             for depth in config.depths:
                 prompt = _decode_prompt(engine, depth)
@@ -270,8 +280,9 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
                 result.raw_decode[depth] = max(theirs)
     finally:
         engine.close()
-    progress("llama-bench")
+    stage("llama-bench")
     result.llama_bench = _llama_bench(config, result.skipped)
+    result.load_average["end"] = load_average()
     return result
 
 

@@ -13,7 +13,7 @@ import venus_edge.protocol as protocol
 from venus_edge.bench.measure import BenchConfig, ConfigResult, measure_config, memory_bandwidth
 from venus_edge.bench.report import BenchReport
 from venus_edge.memory.header import read_model_header
-from venus_edge.memory.machine import physical_cores
+from venus_edge.memory.machine import cpu_name, physical_cores
 from venus_edge.trajectory import Trajectory
 
 __all__ = ["pick_reference", "run_bench"]
@@ -59,7 +59,7 @@ def run_bench(
     if reference is not None:
         _add_quality(results, reference, session)
     bandwidth = memory_bandwidth(threads=max(c.threads for c in configs)) if measure_bandwidth else 0.0
-    machine = {"cpu": _cpu_name(), "cores": physical_cores(), "logical_cpus": os.cpu_count(),
+    machine = {"cpu": cpu_name(), "cores": physical_cores(), "logical_cpus": os.cpu_count(),
                "python": platform.python_version(), "llama_cpp_python": version("llama_cpp_python")}
     return BenchReport(results, bandwidth, machine, str(reference) if reference else None)
 
@@ -91,13 +91,3 @@ def _add_quality(results: list[ConfigResult], reference: Path, session: Trajecto
                                "ppl_ratio": comparison.ppl_ratio, "n_tokens": comparison.n_tokens}
         result.quality = measured[model]
 
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

@@ -3,23 +3,28 @@
     venus-edge eval pydocs --corpus /usr/share/doc/python3.11/html --model M.gguf --k 4 --aggregate majority
     venus-edge eval browse_comp_test_set.csv --web --judge self --out runs/browsecomp
 
-The parser imports nothing heavy; the model loads when the command runs.
+The parser imports nothing heavy; the model loads when the command runs. Progress goes to stderr: a live bar on a
+terminal, a plain line per finished sample otherwise (a log file, a pipe). The reports end with what was run
+(``venus_edge.provenance``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from venus_edge.eval.aggregate import AGGREGATORS
 
 if TYPE_CHECKING:
     from venus_edge.eval.data import EvalExample
     from venus_edge.eval.records import EvalRow
+    from venus_edge.provenance import RunRecord
     from venus_edge.result import Result
+    from venus_edge.session import SessionSettings
 
 __all__ = ["add_command", "run"]
 
@@ -69,19 +74,21 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"skipped row {number}: {reason}", file=sys.stderr)
     out = args.out or Path("runs") / f"eval-{Path(args.data).stem}"
     samples = args.k if args.parallel else 1
-    with open_session(SessionSettings.from_args(args), logprobs=args.aggregate == "confidence",
-                      samples=samples) as session:
+    settings = SessionSettings.from_args(args)
+    with open_session(settings, logprobs=args.aggregate == "confidence", samples=samples) as session:
         judge_engine = _judge_engine(args.judge, session.engine)
         try:
             judge = LLMJudge(judge_engine) if judge_engine is not None else None
+            record = _run_record(args, settings, session.engine, judge_engine)
 
             def sample(example: EvalExample, indices: Sequence[int]) -> Iterator[tuple[int, Result]]:
                 return session.rollouts(example.question, indices, trajectory_path=out / TRAJECTORIES_FILE)
 
-            with _ProgressBar(len(loaded.examples) * args.k, quiet=args.quiet) as bar:
+            with _Progress(len(loaded.examples) * args.k, quiet=args.quiet) as progress:
                 summary = run_eval(loaded.examples, sample, out_dir=out, k=args.k, judge=judge,
-                                   aggregate=args.aggregate, aggregate_completer=judge_engine, on_row=bar.advance,
-                                   plot=not args.no_plot)
+                                   aggregate=args.aggregate, aggregate_completer=judge_engine,
+                                   on_row=progress.advance, on_start=progress.start, plot=not args.no_plot,
+                                   run=record)
         finally:
             if judge_engine is not None and judge_engine is not session.engine:
                 judge_engine.close()
@@ -105,15 +112,50 @@ def _judge_engine(judge: str | None, engine: Any) -> Any:
     return LlamaCppEngine(resolve_model(judge))
 
 
-class _ProgressBar:
-    """A live bar on stderr: samples done, running accuracy, ETA (rich)."""
+def _run_record(args: argparse.Namespace, settings: SessionSettings, engine: Any, judge_engine: Any) -> RunRecord:
+    """What this run runs: the session's settings, eval's own flags, the model files (the evaluated one and a GGUF
+    judge) and what the engine resolved at load (n_ctx, threads, KV type)."""
+    from venus_edge.flags import add_session_arguments
+    from venus_edge.provenance import describe_run
 
-    def __init__(self, total: int, *, quiet: bool) -> None:
-        self.total, self.quiet = total, quiet
+    probe = argparse.ArgumentParser(add_help=False)
+    add_session_arguments(probe)
+    session_flags = {action.dest for action in probe._actions}
+    flags = {key: value for key, value in vars(args).items()
+             if key not in session_flags and key not in ("command", "argv")}
+    engines = [engine] + ([judge_engine] if judge_engine is not None and judge_engine is not engine else [])
+    models = [info["path"] for info in (e.model_info() for e in engines) if info.get("path")]
+    record = describe_run("eval", models=models, settings=settings, flags=flags,
+                          command_line=getattr(args, "argv", None))
+    return record.with_engine(engine.model_info())
+
+
+def _duration(seconds: float) -> str:
+    """``45s``, ``3m05s``, ``2h07m``."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class _Progress:
+    """Progress on stderr as samples finish: on a terminal a live bar (rich: samples done, running accuracy, ETA);
+    otherwise (a log file, a pipe) one plain line per finished sample, flushed, so a log shows the run as it goes:
+
+        eval: 3/10 samples, 2 correct (67%), 1m05s elapsed, about 2m32s left
+    """
+
+    def __init__(self, total: int, *, quiet: bool, stream: TextIO | None = None) -> None:
+        self.total, self.stream = total, stream or sys.stderr
+        self.live = not quiet and self.stream.isatty()
+        self.plain = not quiet and not self.live
         self.correct = self.done = 0
+        self.started = time.monotonic()
 
-    def __enter__(self) -> _ProgressBar:
-        if not self.quiet:
+    def __enter__(self) -> _Progress:
+        if self.live:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -124,14 +166,30 @@ class _ProgressBar:
             self.task = self.progress.add_task("eval", total=self.total, accuracy="-")
         return self
 
+    def start(self, pending: int) -> None:
+        """The run starts with ``pending`` samples to run (fewer than the total when it resumes)."""
+        self.total, self.started = pending, time.monotonic()
+        if self.live:
+            self.progress.update(self.task, total=pending)
+
     def advance(self, row: EvalRow) -> None:
         self.done += 1
         self.correct += row.correct
-        if not self.quiet:
+        if self.live:
             self.progress.update(self.task, advance=1, accuracy=f"{self.correct / self.done:.3f}")
+        elif self.plain:
+            print(self.line(), file=self.stream, flush=True)
+
+    def line(self) -> str:
+        """Samples done of this run's, correct so far, time elapsed and a rough time left (the mean time per sample
+        so far, times the samples left)."""
+        elapsed = time.monotonic() - self.started
+        left = elapsed / self.done * max(0, self.total - self.done) if self.done else 0.0
+        return (f"eval: {self.done}/{self.total} samples, {self.correct} correct ({self.correct / self.done:.0%}), "
+                f"{_duration(elapsed)} elapsed, about {_duration(left)} left")
 
     def __exit__(self, *exc: object) -> None:
-        if not self.quiet:
+        if self.live:
             self.progress.stop()
 
 

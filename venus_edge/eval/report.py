@@ -7,6 +7,10 @@ Accuracy figures (each a mean over questions):
 - ``pass@j``: the unbiased estimator of Chen et al. (``metrics.pass_at_k``) for j = 2, 4, ... up to k;
 - ``{method}@k`` (e.g. ``majority@4``): whether the answer chosen from the k samples (``aggregate``) is correct,
   judged like a sample (exact match, or the judge's verdict when a judge graded the rows).
+
+Both reports end with what was run (``venus_edge.provenance.RunRecord``: the model file and its SHA-256, every
+setting, the versions, the machine, the date and the command line): ``summary.json`` under ``run``, ``summary.md``
+as its last section.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from venus_edge.eval.aggregate import aggregate_answers
 from venus_edge.eval.data import EvalExample
 from venus_edge.eval.metrics import pass_at_ks
 from venus_edge.eval.records import EvalRow, EvalSummary
+from venus_edge.provenance import RunRecord
 
 __all__ = ["summarize", "write_report"]
 
@@ -82,10 +87,27 @@ def _mean(values: Any) -> float:
     return round(statistics.fmean(values), 4) if values else 0.0
 
 
-def write_report(summary: EvalSummary, out_dir: Path, *, plot: bool = True) -> None:
-    """``summary.json`` (every figure), ``summary.md`` (the table) and, with matplotlib, ``summary.png``."""
-    (out_dir / "summary.json").write_text(json.dumps(summary.data, ensure_ascii=False, indent=1), encoding="utf-8")
-    (out_dir / "summary.md").write_text(markdown_table(summary), encoding="utf-8")
+def write_report(summary: EvalSummary, out_dir: Path, *, plot: bool = True, run: RunRecord | None = None,
+                 samples_resumed: int = 0) -> None:
+    """``summary.json`` (every figure), ``summary.md`` (the table) and, with matplotlib, ``summary.png``.
+
+    Args:
+        summary: the figures.
+        out_dir: the folder written to.
+        plot: also write ``summary.png``.
+        run: what was run: ``summary.json``'s ``run`` and ``summary.md``'s last section.
+        samples_resumed: samples read from an earlier run into ``out_dir`` (the record describes this run only).
+    """
+    data = dict(summary.data)
+    markdown = markdown_table(summary)
+    if run is not None:
+        data["run"] = {**run.to_dict(), "samples_from_earlier_runs": samples_resumed}
+        markdown += "\n" + run.markdown()
+        if samples_resumed:
+            markdown += (f"\n{samples_resumed} of the {len(summary.rows)} samples were run earlier into this folder "
+                         f"(resumed); the settings above are this run's.\n")
+    (out_dir / "summary.json").write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    (out_dir / "summary.md").write_text(markdown, encoding="utf-8")
     if plot:
         plot_accuracy(summary.rows, out_dir / "summary.png")
 

@@ -5,7 +5,8 @@ it finishes, resumable, then a summary.
 finishes, so a killed run loses at most the samples in flight; a rerun with the same folder reads what is there
 (a line torn by the kill is skipped) and runs only the missing (question, sample) pairs. The agent's trajectories
 go to ``trajectories.jsonl`` beside it. At the end ``report.write_report`` writes ``summary.json``,
-``summary.md`` and ``summary.png``.
+``summary.md`` (each with the record of what was run, ``venus_edge.provenance.RunRecord``, when given) and
+``summary.png``.
 
 The runner does not know how rollouts are made: it calls ``sample(example, sample_indices)``, which yields
 ``(index, agent.Result)`` pairs as rollouts finish, in any order (sequential agents, or N rollouts batched on one
@@ -27,6 +28,7 @@ from venus_edge.eval.metrics import exact_match, token_f1
 from venus_edge.eval.records import EvalRow, EvalSummary
 from venus_edge.eval.report import summarize, write_report
 from venus_edge.jsonl import append_record, iter_records
+from venus_edge.provenance import RunRecord
 from venus_edge.result import Result
 
 __all__ = ["run_eval"]
@@ -47,7 +49,9 @@ def run_eval(
     aggregate: str | None = None,
     aggregate_completer: TextCompleter | None = None,
     on_row: Callable[[EvalRow], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     plot: bool = True,
+    run: RunRecord | None = None,
 ) -> EvalSummary:
     """Run ``k`` samples of every example (those not in ``out_dir`` already), score them, and report.
 
@@ -62,7 +66,10 @@ def run_eval(
             report its accuracy (majority@k, ...).
         aggregate_completer: the judge model of the ``judge`` aggregation.
         on_row: called with each new row (progress bars).
+        on_start: called once before the first rollout with the number of samples to run (those not in
+            ``out_dir`` already).
         plot: write ``summary.png`` (needs matplotlib).
+        run: the record of what was run, written into ``summary.md`` and ``summary.json``.
 
     Raises:
         ValueError: ``k < 1``, or two examples with the same id.
@@ -75,6 +82,10 @@ def run_eval(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     done = {(row.id, row.sample): row for row in read_rows(out / RESULTS_FILE)}
+    wanted = [(example.id, index) for example in examples for index in range(k)]
+    resumed = sum(key in done for key in wanted)
+    if on_start is not None:
+        on_start(len(wanted) - resumed)
     for example in examples:
         missing = [index for index in range(k) if (example.id, index) not in done]
         if not missing:
@@ -85,9 +96,9 @@ def run_eval(
             done[(example.id, index)] = row
             if on_row is not None:
                 on_row(row)
-    rows = [done[(example.id, index)] for example in examples for index in range(k)]
+    rows = [done[key] for key in wanted]
     summary = summarize(rows, examples, k, aggregate=aggregate, aggregate_completer=aggregate_completer)
-    write_report(summary, out, plot=plot)
+    write_report(summary, out, plot=plot, run=run, samples_resumed=resumed)
     return summary
 
 

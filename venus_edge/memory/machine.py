@@ -1,15 +1,18 @@
 """What this machine offers a model: physical CPU cores, the RAM available now, and the CPU features llama.cpp
-found. The memory planner (``venus_edge.memory.plan``) and the engines read these; nothing here loads a model.
+found; and what describes it in a report: the CPU's name, its total RAM, the load average. The memory planner
+(``venus_edge.memory.plan``) and the engines read these; nothing here loads a model.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import re
 from pathlib import Path
 
-__all__ = ["available_ram_bytes", "llama_cpu_features", "physical_cores"]
+__all__ = ["available_ram_bytes", "cpu_name", "llama_cpu_features", "load_average", "physical_cores",
+           "total_ram_bytes"]
 
 
 def physical_cores() -> int:
@@ -63,3 +66,35 @@ def llama_cpu_features() -> frozenset[str]:
 
     info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
     return frozenset(name.strip() for name, value in re.findall(r"([A-Z0-9_]+) = (\d+)", info) if value != "0")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``model name`` in /proc/cpuinfo), else what ``platform`` knows (``x86_64``)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def total_ram_bytes() -> int | None:
+    """The machine's physical memory in bytes (``MemTotal``, else ``sysconf``); None when neither can be read."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "MemTotal":
+                return int(value.split()[0]) * 1024
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def load_average() -> float | None:
+    """The one-minute load average (runnable threads, this process's own included), or None where the system does
+    not keep one. Above the cores, threads wait for a CPU, and speed figures measured then are low and noisy."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
