@@ -16,7 +16,7 @@ from venus_edge.lazy import LazyExports
 _EXPORTS = LazyExports(__name__, {
     "app": ("create_app",),
     "defaults": ("default_journal_path", "is_loopback"),
-    "mcp": ("ResearchOutput", "create_mcp_server", "run_mcp"),
+    "mcp": ("ResearchOutput", "argument_problems", "create_mcp_server", "run_mcp"),
     "service": ("QuestionTooLongError", "QueueFullError", "ResearchService", "SessionHandle", "SessionRequest",
                 "answer_with_sources"),
     "timeouts": ("uvicorn_options",),
