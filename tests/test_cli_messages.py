@@ -252,15 +252,16 @@ def test_every_commands_help_has_a_description_with_an_example(name, capsys):
 # ---------------------------------------------------------------------------------------------- one meaning per name
 
 
-@pytest.mark.parametrize("argv, dest, old, new", [
-    (["research", "q", "--api-key", "k"], "api_key", "--api-key", "--engine-api-key"),
-    (["eval", "pydocs", "--api-key", "k"], "api_key", "--api-key", "--engine-api-key"),
-    (["serve", "--api-key", "k"], "server_api_key", "--api-key", "--server-api-key"),
-    (["bench", "m.gguf", "--kv", "f16,q8_0"], "kv", "--kv", "--kv-type"),
+@pytest.mark.parametrize("argv, dest, value, old, new", [
+    (["research", "q", "--api-key", "k"], "api_key", "k", "--api-key", "--engine-api-key"),
+    (["eval", "pydocs", "--api-key", "k"], "api_key", "k", "--api-key", "--engine-api-key"),
+    (["serve", "--api-key", "k"], "server_api_key", "k", "--api-key", "--server-api-key"),
+    (["bench", "m.gguf", "--kv", "f16,q8_0"], "kv", ("f16", "q8_0"), "--kv", "--kv-type"),
+    (["bench", "m.gguf", "--session", "s.jsonl"], "journal", Path("s.jsonl"), "--session", "--journal"),
 ])
-def test_an_old_spelling_still_works_and_warns(argv, dest, old, new, capsys):
+def test_an_old_spelling_still_works_and_warns(argv, dest, value, old, new, capsys):
     args = build_parser().parse_args(argv)
-    assert getattr(args, dest) in ("k", ("f16", "q8_0"))
+    assert getattr(args, dest) == value
     err = capsys.readouterr().err
     assert err == f"warning: {old} is deprecated and goes away in venus-edge {DEPRECATED_UNTIL}; use {new}\n"
 
@@ -272,6 +273,7 @@ def test_an_old_spelling_still_works_and_warns(argv, dest, old, new, capsys):
     (["serve", "--server-api-key", "s"], "server_api_key", "s"),
     (["bench", "m.gguf", "--kv-type", "q8_0"], "kv", ("q8_0",)),
     (["bench", "m.gguf", "--threads", "1,2"], "threads", (1, 2)),
+    (["bench", "m.gguf", "--journal", "s.jsonl"], "journal", Path("s.jsonl")),
 ])
 def test_the_new_names_are_taken_without_a_warning(argv, dest, value, capsys):
     assert getattr(build_parser().parse_args(argv), dest) == value
@@ -283,11 +285,18 @@ def test_serve_keeps_its_own_key_apart_from_the_model_servers():
     assert (args.api_key, args.server_api_key) == ("model", "mine")
 
 
-@pytest.mark.parametrize("name, old", [("research", "--api-key"), ("serve", "--api-key"), ("bench", "--kv ")])
+@pytest.mark.parametrize("name, old", [("research", "--api-key"), ("serve", "--api-key"), ("bench", "--kv "),
+                                       ("bench", "--session")])
 def test_old_spellings_are_hidden_from_help(name, old, capsys):
     with pytest.raises(SystemExit):
         main([name, "--help"])
     assert old not in capsys.readouterr().out.replace("--kv-type", "")
+
+
+def test_the_old_spelling_keeps_its_exclusions(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "m.gguf", "--session", "s.jsonl", "--no-session"])
+    assert "not allowed with argument --session" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "100000", "2,x", ","])

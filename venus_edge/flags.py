@@ -49,9 +49,10 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def add_deprecated_alias(parser: argparse.ArgumentParser, old_flag: str, new_flag: str) -> None:
-    """Let ``old_flag`` stand for ``new_flag`` (already added to ``parser``) until ``DEPRECATED_UNTIL``: same
-    ``dest``, type and metavar, no help line, a one-line warning when used."""
+def add_deprecated_alias(parser: argparse._ActionsContainer, old_flag: str, new_flag: str) -> None:
+    """Let ``old_flag`` stand for ``new_flag`` (already added to ``parser``, or to the mutually exclusive group
+    given) until ``DEPRECATED_UNTIL``: same ``dest``, type and metavar, no help line, a one-line warning when
+    used."""
     new = next(action for action in parser._actions if new_flag in action.option_strings)
     same: dict[str, Any] = {"type": new.type} if new.type is not None else {}
     parser.add_argument(old_flag, action=_DeprecatedAlias, new_flag=new_flag, dest=new.dest, metavar=new.metavar,

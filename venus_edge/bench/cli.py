@@ -1,11 +1,12 @@
 """``venus-edge bench``: how fast and how big each GGUF runs here, beside llama.cpp's own figures.
 
     venus-edge bench MODEL... [--n-ctx N] [--kv-type f16,q8_0] [--threads 2,4] [--prompt-lengths 128,512,2048]
-                     [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--session FILE | --no-session]
+                     [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--journal FILE | --no-session]
                      [--reference F16.gguf] [--out DIR] [--no-plot]
 
 ``--kv-type`` and ``--threads`` mean what they mean in ``research``; bench takes a comma list of them and measures
-each (a sweep), where a session takes one. ``--kv`` is the deprecated spelling of ``--kv-type``.
+each (a sweep), where a session takes one. ``--kv`` and ``--session FILE`` are the deprecated spellings of
+``--kv-type`` and ``--journal FILE`` (``research --session`` is a session's id).
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     bench.add_argument("--decode-tokens", type=int, default=64, metavar="N", help="tokens per decode test (default 64)")
     bench.add_argument("--repeats", type=int, default=2, metavar="N", help="runs per test, best kept (default 2)")
     replayed = bench.add_mutually_exclusive_group()
-    replayed.add_argument("--session", type=Path, default=None, metavar="FILE",
+    replayed.add_argument("--journal", type=Path, default=None, metavar="FILE",
                           help="a journal (research --out) whose longest session is replayed "
                                "(default: the shipped one)")
+    add_deprecated_alias(replayed, "--session", "--journal")
     replayed.add_argument("--no-session", action="store_true", help="do not replay a session")
     bench.add_argument("--reference", type=Path, default=None, metavar="GGUF",
                        help="the unquantized file quality is measured against (default: the F16/F32/BF16 file "
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                    for model in models for kv in args.kv for threads in (args.threads or (physical_cores(),))]
     except ValueError as exc:
         parser.error(str(exc))
-    session = None if args.no_session else measure.load_session(args.session or measure.shipped_session_path())
+    session = None if args.no_session else measure.load_session(args.journal or measure.shipped_session_path())
     reference = args.reference or pick_reference(models)
     with _progress_bar(len(configs) * len(STAGES), quiet=args.quiet) as advance:
         report = run_bench(configs, session=session, reference=reference,
