@@ -31,12 +31,31 @@ _QUANT_TYPES = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")  # = quantize.QUANT_
 _BASE_TYPES = ("f32", "f16", "bf16")
 
 
+_QUANTIZE_DESCRIPTION = """\
+Convert SOURCE (a Qwen3 checkpoint folder or hub repo) to a base GGUF, quantize it to each of --types, and verify
+each against the base: KL divergence, top-1 agreement, perplexity and an agentic check that tool calls still parse.
+Writes NAME-<type>.gguf for the base and each quant, table.md and table.json in --out.
+
+example:
+  venus-edge quantize inclusionAI/DR-Venus-4B-RL --types Q4_K_M,Q8_0 --out models/
+"""
+
+
+_INSPECT_DESCRIPTION = """\
+Print a GGUF file's architecture, size and parameter count, its tokenizer (vocabulary, merges, special tokens, chat
+template), its tensor types and every metadata key, from its header alone (no model load). Writes nothing (--json:
+the same as JSON).
+
+example:
+  venus-edge inspect M-Q4_K_M.gguf --tensors
+"""
+
+
 def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `quantize` and `inspect` on the `venus-edge` sub-command parsers."""
-    quantize = subparsers.add_parser(
-        "quantize", help="convert a HF checkpoint to GGUF, quantize it and verify every quant",
-        description="Convert SOURCE to a base GGUF, quantize it to each type, verify each against the base.",
-    )
+    quantize = subparsers.add_parser("quantize",
+                                     help="convert a HF checkpoint to GGUF, quantize it and verify every quant",
+                                     description=_QUANTIZE_DESCRIPTION)
     quantize.add_argument("source", metavar="SOURCE", help="a checkpoint folder, or a hub repo owner/name")
     quantize.add_argument("--types", default="Q4_K_M,Q8_0", metavar="T1,T2",
                           help=f"comma-separated quant types among {', '.join(_QUANT_TYPES)} (default Q4_K_M,Q8_0)")
@@ -53,7 +72,8 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     quantize.add_argument("--quiet", action="store_true", help="no progress on stderr")
     quantize.set_defaults(_command_parser=quantize)
 
-    inspect = subparsers.add_parser("inspect", help="print a GGUF file's metadata, tokenizer facts and tensor types")
+    inspect = subparsers.add_parser("inspect", help="print a GGUF file's metadata, tokenizer facts and tensor types",
+                                    description=_INSPECT_DESCRIPTION)
     inspect.add_argument("file", type=Path, metavar="FILE.gguf", help="the GGUF file")
     inspect.add_argument("--json", action="store_true", help="print the facts as JSON")
     inspect.add_argument("--tensors", action="store_true", help="also list every tensor with its shape and type")

@@ -130,12 +130,16 @@ class DiskFullError(ConversionError):
         )
 
 
-class GGUFReadError(QuantizeError):
-    """A GGUF file is missing, truncated or corrupt."""
+#: What to do about a GGUF that is there but cannot be read.
+REMAKE_ADVICE = "Re-create the file (convert or quantize again)."
 
-    def __init__(self, path: Path, reason: str) -> None:
+
+class GGUFReadError(QuantizeError):
+    """A GGUF file is missing, truncated or corrupt (or a folder was given: the reason names the files in it)."""
+
+    def __init__(self, path: Path, reason: str, *, advice: str = REMAKE_ADVICE) -> None:
         self.path = path
-        super().__init__(f"cannot read GGUF {path}: {reason}. Re-create the file (convert or quantize again).")
+        super().__init__(f"cannot read GGUF {path}: {reason}. {advice}".rstrip())
 
 
 class QuantizationError(QuantizeError):

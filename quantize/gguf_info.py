@@ -34,7 +34,10 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
     """
     try:
         return _read_header(path, decode_strings=True)
-    except (ModelNotFoundError, ModelLoadError) as error:
+    except ModelNotFoundError as error:  # no file there: the path is wrong, the file need not be made again
+        raise GGUFReadError(Path(path), error.reason, advice="" if Path(path).is_dir() else "Check the path.") \
+            from error
+    except ModelLoadError as error:
         raise GGUFReadError(Path(path), error.reason) from error
 
 

@@ -14,17 +14,20 @@ import pytest
 from venus_edge.cli import EXIT_BROKEN_PIPE, build_parser
 
 # flag -> (values taken, values refused)
+# Huge values are taken here; those a model cannot run with are refused when it loads, with the fix
+# (tests/test_cli_messages.py: --n-ctx beyond the machine) or clamped (test_huge_values_run_or_are_refused_cleanly).
+HUGE = "99999999999"
 NUMERIC_FLAGS = {
-    "--n-ctx": (["1", "4096"], ["0", "-5", "abc", "1.5", ""]),
-    "--max-tokens": (["1", "15000"], ["0", "-1", "many"]),
-    "--max-turns": (["1", "200"], ["0", "-2", "2.0"]),
-    "--threads": (["1", "16"], ["0", "-3", "all"]),
-    "--search-results": (["1", "10"], ["0", "-2", "x"]),
-    "--time-limit": (["0.5", "9000", "1e3"], ["0", "-1", "nan", "inf", "-inf", "soon"]),
-    "--temperature": (["0", "0.7", "1"], ["-0.1", "nan", "inf", "hot"]),
-    "--min-tool-calls": (["0", "3"], ["-1", "some"]),
-    "--keep-last": (["0", "3"], ["-1", "k"]),
-    "--answer-reserve": (["0", "1024"], ["-1", "lots"]),
+    "--n-ctx": (["1", "4096", HUGE], ["0", "-5", "abc", "1.5", ""]),
+    "--max-tokens": (["1", "15000", HUGE], ["0", "-1", "many"]),
+    "--max-turns": (["1", "200", HUGE], ["0", "-2", "2.0"]),
+    "--threads": (["1", "16", "512"], ["0", "-3", "all", "513", "100000", HUGE]),
+    "--search-results": (["1", "10", HUGE], ["0", "-2", "x"]),
+    "--time-limit": (["0.5", "9000", "1e3", "1e300"], ["0", "-1", "nan", "inf", "-inf", "soon"]),
+    "--temperature": (["0", "0.7", "1", "1e300"], ["-0.1", "nan", "inf", "hot"]),
+    "--min-tool-calls": (["0", "3", HUGE], ["-1", "some"]),
+    "--keep-last": (["0", "3", HUGE], ["-1", "k"]),
+    "--answer-reserve": (["0", "1024", HUGE], ["-1", "lots"]),
 }
 DEST = {"--n-ctx": "n_ctx", "--max-tokens": "max_tokens", "--max-turns": "max_turns", "--threads": "threads",
         "--search-results": "search_results", "--time-limit": "time_limit", "--temperature": "temperature",
@@ -65,3 +68,20 @@ def test_output_to_a_closed_pipe_ends_quietly(smollm2_gguf: Path):
         os.close(write_end)
     assert done.returncode == EXIT_BROKEN_PIPE, done.stderr
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+
+
+def test_huge_values_run_or_are_refused_cleanly(smollm2_gguf: Path, docs_corpus: Path, capsys):
+    """Huge limits are limits never reached: the run goes as without them (new tokens are bounded by the room left
+    in n_ctx). A huge answer reserve cannot fit any window: one line naming the flags."""
+    from venus_edge.cli import main
+
+    base = ["research", "Which module reads TOML?", "--model", str(smollm2_gguf), "--corpus", str(docs_corpus),
+            "--threads", "1", "--n-ctx", "1024", "--answer-reserve", "0", "--no-prompt-cache", "--quiet",
+            "--max-turns", "1"]
+    huge = ["--max-tokens", HUGE, "--search-results", HUGE, "--time-limit", "1e300", "--keep-last", HUGE]
+    assert main([*base, *huge]) in (0, 1)
+    assert "error" not in capsys.readouterr().err
+    assert main([*base, "--answer-reserve", HUGE]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: --answer-reserve (99,999,999,999) must be smaller than --n-ctx (1,024)"), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err

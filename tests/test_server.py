@@ -269,7 +269,7 @@ def test_serve_refuses_a_public_address_without_a_key(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit) as exited:
         main(["serve", "--host", "0.0.0.0", "--model", "/nonexistent.gguf"])
     assert exited.value.code == 2
-    assert "--api-key" in capsys.readouterr().err
+    assert "give --server-api-key KEY" in capsys.readouterr().err  # the key flag was --api-key before 0.2
 
 
 def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_gguf: Path, docs_corpus: Path,

@@ -19,9 +19,21 @@ from typing import Any
 __all__ = ["add_command", "run"]
 
 
+_TRAIN_DESCRIPTION = """\
+The training steps of a DR-Venus-style agent: clean trajectories into SFT rows (clean), supervised fine-tuning
+(sft), RL with information-gain rewards (igpo), and a toy research world (toy-world) and tiny model (tiny-model) to
+try them on a CPU. Each step writes where its --out or config says; see venus-edge train STEP --help.
+
+examples:
+  venus-edge train clean runs/*.jsonl --out sft.jsonl --resample
+  venus-edge train sft configs/sft/dr-venus-4b.yaml
+"""
+
+
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``train`` and its sub-commands."""
-    train = commands.add_parser("train", help="prepare training data and train a checkpoint (SFT, IGPO)")
+    train = commands.add_parser("train", help="prepare training data and train a checkpoint (SFT, IGPO)",
+                                description=_TRAIN_DESCRIPTION)
     sub = train.add_subparsers(dest="train_command", required=True, metavar="STEP")
     clean = sub.add_parser(
         "clean", help="clean trajectories into the trained protocol, with a report",

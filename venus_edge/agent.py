@@ -111,7 +111,8 @@ class AgentConfig:
     """Limits and guards of one research session. Defaults are DR-Venus's (PROTOCOL.md, "Decoding and limits").
 
     Attributes:
-        max_turns: model turns at most before the final answer is forced (reference: 200).
+        max_turns: research turns at most (reference: 200); a session still researching after them gets one
+            more turn, asked for its final answer (PROTOCOL.md, "Decoding and limits").
         max_prompt_tokens: prompt budget in tokens before the context policy acts (reference: ~240K); the
             engine's ``n_ctx`` minus the answer reserve caps it too.
         answer_reserve_tokens: the floor, in tokens, of the room kept free in ``n_ctx`` for a final turn; the
@@ -267,27 +268,36 @@ class Agent:
         self._check_context(self.config)
 
     def _check_context(self, config: AgentConfig) -> None:
+        """Refuse a reserve and a window that leave less than ``MIN_RESEARCH_TOKENS`` for the research; the fix named
+        is computed from the system prompt's real length, so following it works."""
         n_ctx, reserve = self.engine.n_ctx, config.answer_reserve_tokens
-        if reserve >= n_ctx:
-            raise ContextSettingsError(
-                f"answer_reserve_tokens ({reserve:,}) must be smaller than n_ctx ({n_ctx:,}): the reserve is room "
-                f"kept free in the context for the final answer. Lower it (e.g. to {n_ctx // 4:,}) or raise n_ctx.")
         system = protocol.render_messages([{"role": "system", "content": protocol.render_system_prompt(
             self.registry.schemas, config.today or Date.today())}], add_generation_prompt=False)
         system_tokens = len(self.engine.tokenize(system))
         room = min(n_ctx - reserve, config.max_prompt_tokens) - system_tokens
-        if room < MIN_RESEARCH_TOKENS and config.max_prompt_tokens < n_ctx - reserve:
+        if room >= MIN_RESEARCH_TOKENS:
+            return
+        if config.max_prompt_tokens < n_ctx - reserve:
             raise ContextSettingsError(
-                f"max_prompt_tokens ({config.max_prompt_tokens:,}) leaves {room:,} tokens for the question and the "
-                f"research after the system prompt ({system_tokens:,} tokens), fewer than {MIN_RESEARCH_TOKENS}. "
-                f"Raise max_prompt_tokens to at least {system_tokens + MIN_RESEARCH_TOKENS:,}.")
-        if room < MIN_RESEARCH_TOKENS:
-            raise ContextSettingsError(
+                f"{{max_prompt_tokens}} ({config.max_prompt_tokens:,}) leaves {room:,} tokens for the question and "
+                f"the research after the system prompt ({system_tokens:,} tokens), fewer than {MIN_RESEARCH_TOKENS}. "
+                f"Raise {{max_prompt_tokens}} to at least {system_tokens + MIN_RESEARCH_TOKENS:,}.")
+        needed_n_ctx = system_tokens + reserve + MIN_RESEARCH_TOKENS
+        reserve_at_most = n_ctx - system_tokens - MIN_RESEARCH_TOKENS  # below 0: no reserve makes this n_ctx work
+        if reserve_at_most < 0:
+            fix = (f"Raise {{n_ctx}} to at least {needed_n_ctx:,} (lowering {{answer_reserve_tokens}} cannot help: "
+                   f"even with none, {{n_ctx}} must be at least {system_tokens + MIN_RESEARCH_TOKENS:,})")
+        elif reserve >= n_ctx:
+            fix = f"Lower it to at most {reserve_at_most:,} or raise {{n_ctx}} to at least {needed_n_ctx:,}"
+        else:
+            fix = (f"Raise {{n_ctx}} to at least {needed_n_ctx:,} or lower {{answer_reserve_tokens}} to at most "
+                   f"{reserve_at_most:,}")
+        rule = (f"{{answer_reserve_tokens}} ({reserve:,}) must be smaller than {{n_ctx}} ({n_ctx:,}): the reserve is "
+                f"room kept free in the context for the final answer" if reserve >= n_ctx else
                 f"the context leaves {room:,} tokens for the question and the research, fewer than "
-                f"{MIN_RESEARCH_TOKENS}: n_ctx {n_ctx:,} - answer reserve {reserve:,} - system prompt "
-                f"{system_tokens:,} tokens (max_prompt_tokens {config.max_prompt_tokens:,}). Raise n_ctx to at least "
-                f"{system_tokens + reserve + MIN_RESEARCH_TOKENS:,} or lower answer_reserve_tokens to at most "
-                f"{max(0, n_ctx - system_tokens - MIN_RESEARCH_TOKENS):,}.")
+                f"{MIN_RESEARCH_TOKENS}: {{n_ctx}} {n_ctx:,} - answer reserve {reserve:,} - system prompt "
+                f"{system_tokens:,} tokens")
+        raise ContextSettingsError(f"{rule}. {fix}.")
 
     def new_policy(self, config: AgentConfig | None = None) -> ContextPolicy:
         """The context policy of a new session: a copy of the one given, else the one the config names."""
@@ -645,7 +655,7 @@ class _Session:
             error = ContextOverflowError(
                 prompt_tokens, self.engine.n_ctx,
                 f"the question and system prompt leave no room for research (budget {self.budget:,} tokens); "
-                "raise n_ctx or shorten the question",
+                "raise {n_ctx} or shorten the question",
             )
             yield ErrorRaised(0, "prompt", str(error))
             self._finish(TOKEN_LIMIT_NO_ANSWER, None)

@@ -7,9 +7,9 @@
     venus-edge inspect FILE.gguf [--json]
     venus-edge plan MODEL [--ram SIZE] [--n-ctx N] [--kv-type f16|q8_0|q4_0] [--json]
     venus-edge train clean IN... --out OUT.jsonl [--resample] [--keep-correct]
-    venus-edge serve [--model M] [--corpus DIR] [--host 127.0.0.1] [--port 8765] [--api-key KEY]
+    venus-edge serve [--model M] [--corpus DIR] [--host 127.0.0.1] [--port 8765] [--server-api-key KEY]
     venus-edge mcp [--model M] [--corpus DIR] [--transport stdio|http]
-    venus-edge bench MODEL... [--n-ctx N] [--kv f16,q8_0] [--threads N,...] [--reference F16.gguf] [--out DIR]
+    venus-edge bench MODEL... [--n-ctx N] [--kv-type f16,q8_0] [--threads N,...] [--reference F16.gguf] [--out DIR]
 
 Exit codes: 0 answered; 1 the session ended without an answer; 2 usage error; 3 model or input error; 4 the
 session ran to its end and its result is on stdout, but its trajectory (``--out``, ``--resume``) could not be saved
@@ -43,7 +43,13 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.flags import add_memory_arguments, add_session_arguments, check_session_arguments, count_argument
+from venus_edge.flags import (
+    SETTING_FLAGS,
+    add_memory_arguments,
+    add_session_arguments,
+    check_session_arguments,
+    count_argument,
+)
 from venus_edge.session import SessionSettings, open_session
 from venus_edge.text import shown_path, valid_text
 
@@ -57,10 +63,33 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer kille
 EXIT_NOT_SAVED = 4
 
 
+_RESEARCH_DESCRIPTION = """\
+Research QUESTION with a local model (llama.cpp, or a server with --engine openai) and tools: search and visit a
+--corpus folder, the --web, or a --replay recording, turn by turn until the model answers. Prints the answer and the
+sources it read on stdout (--json: the whole result), progress on stderr. --out FILE appends the trajectory (JSONL)
+to FILE; --resume FILE continues a killed session from it.
+
+examples:
+  venus-edge research "When was tomllib added to Python?" --corpus docs/ --model M.gguf --out runs/t.jsonl
+  venus-edge research --resume runs/t.jsonl --corpus docs/ --model M.gguf
+"""
+
+
+_PLAN_DESCRIPTION = """\
+Choose the context window (n_ctx) and KV-cache type that fit MODEL in the RAM budget, as research and eval would
+load it, and print the plan: the memory of the weights, the KV cache, the compute buffers and the helper context.
+Reads the GGUF header only and writes nothing (--json: the plan and the header as JSON).
+
+example:
+  venus-edge plan inclusionAI/DR-Venus-4B-RL-GGUF --ram 6G
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="venus-edge", description="Run the DR-Venus deep-research agent locally.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    research = commands.add_parser("research", help="research a question with a local model and tools")
+    research = commands.add_parser("research", help="research a question with a local model and tools",
+                                   description=_RESEARCH_DESCRIPTION)
     research.add_argument("question", nargs="?", default=None,
                           help="the question to research (omitted with --resume: the journal holds it)")
     add_session_arguments(research)
@@ -85,11 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     from venus_edge.bench.cli import add_command as add_bench_command
 
     add_bench_command(commands)
+    for command in commands.choices.values():
+        command.formatter_class = argparse.RawDescriptionHelpFormatter  # examples kept as written
+        if command.get_default("_command_parser") is None:  # its own errors show its own usage line, not venus-edge's
+            command.set_defaults(_command_parser=command)
     return parser
 
 
 def _add_plan_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    plan = commands.add_parser("plan", help="choose n_ctx and the KV-cache type that fit a model in the RAM budget")
+    plan = commands.add_parser("plan", help="choose n_ctx and the KV-cache type that fit a model in the RAM budget",
+                               description=_PLAN_DESCRIPTION)
     plan.add_argument("model", metavar="MODEL", help="a GGUF path, or a hub repo owner/name[:file.gguf]")
     plan.add_argument("--n-ctx", type=count_argument(1), default=None, metavar="N",
                       help="a fixed context window (default: the largest that fits, at most min(n_ctx_train, 32768))")
@@ -148,8 +182,8 @@ def _add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``venus-edge`` console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    parser: argparse.ArgumentParser = args._command_parser  # the command's, so that its errors show its usage
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line the reports record
     if isinstance(getattr(args, "question", None), str):  # argv bytes that are not UTF-8 arrive as lone surrogates
         args.question = valid_text(args.question, source="the question argument")
@@ -180,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_train(args, parser)
     except VenusEdgeError as exc:  # the one root: runtime, session, tools, quantize and train errors
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.message_for(SETTING_FLAGS)}", file=sys.stderr)  # the fix named by its flag
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted; the trajectory written so far is kept", file=sys.stderr)

@@ -56,6 +56,7 @@ nothing from the package, so every part may import it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
@@ -74,7 +75,48 @@ __all__ = [
 
 
 class VenusEdgeError(Exception):
-    """Base class of every error the runtime raises on purpose."""
+    """Base class of every error the runtime raises on purpose.
+
+    An error whose advice names settings keeps its message as ``template``, with a ``{name}`` field per setting in
+    the Python parameter's name (``{n_ctx}``, ``{answer_reserve_tokens}``): ``str(error)`` reads with those names,
+    ``error.message_for(names)`` with a caller's own, e.g. the CLI's flags (``venus_edge.flags.SETTING_FLAGS``), so
+    the fix it names is the one the caller can type.
+    """
+
+    #: The message with ``{setting}`` fields, or None when it names no setting.
+    template: str | None = None
+
+    def _named(self, template: str) -> str:
+        """Keep ``template`` and return it read with the Python names (for ``Exception.__init__``)."""
+        self.template = template
+        return self.message_for({})
+
+    def message_for(self, names: Mapping[str, str]) -> str:
+        """The message with each setting called by ``names[setting]`` (the Python name where ``names`` has none)."""
+        if self.template is None:
+            return str(self)
+        return self.template.format_map(_SettingNames(names))
+
+
+class _SettingNames(dict[str, str]):
+    """A setting's name for ``str.format_map``: the caller's, else the Python parameter's own."""
+
+    def __missing__(self, setting: str) -> str:
+        return setting
+
+
+def missing_file_reason(path: Path, suffix: str) -> str:
+    """Why ``path`` cannot be read as a ``suffix`` file, and what to give instead: a folder names the ``suffix``
+    files it holds (the one to give when there is exactly one), anything else is "no such file"."""
+    if not path.is_dir():
+        return "no such file"
+    inside = sorted(str(found) for found in path.glob(f"*{suffix}") if found.is_file())
+    if len(inside) == 1:
+        return f"it is a folder, not a {suffix} file; give the file inside it: {inside[0]}"
+    if inside:
+        shown = ", ".join(inside[:5]) + (f" and {len(inside) - 5} more" if len(inside) > 5 else "")
+        return f"it is a folder, not a {suffix} file; give one of the {len(inside)} files in it: {shown}"
+    return f"it is a folder with no {suffix} file in it; give a {suffix} file"
 
 
 class ModelNotFoundError(VenusEdgeError):
@@ -83,15 +125,24 @@ class ModelNotFoundError(VenusEdgeError):
     Attributes:
         source: what the user asked for (a path, or ``repo_id`` / ``repo_id:filename``).
         reason: what went wrong, without the advice.
+        advice: what to do (``MODEL_ADVICE`` unless the raiser knows better, e.g. that the hub is offline).
     """
 
-    def __init__(self, source: str, reason: str) -> None:
+    def __init__(self, source: str, reason: str, *, advice: str | None = None) -> None:
         self.source, self.reason = source, reason
-        super().__init__(
-            f"model {source!r} not found: {reason}. "
-            "Pass a local GGUF with --model /path/to/model.gguf, or a hub repo as --model owner/name:file.gguf "
-            "on a machine that can reach the Hugging Face hub (set HF_HUB_OFFLINE=1 to use only the local cache)."
-        )
+        self.advice = MODEL_ADVICE if advice is None else advice
+        super().__init__(f"model {source!r} not found: {reason}. {self.advice}".rstrip())
+
+    @classmethod
+    def for_path(cls, path: Path) -> ModelNotFoundError:
+        """The error for a local ``path`` that is not a file: a folder says which GGUF in it to give."""
+        reason = missing_file_reason(path, ".gguf")
+        return cls(str(path), reason, advice="" if path.is_dir() else None)
+
+
+#: What to do about a model that was not found, when nothing more precise is known.
+MODEL_ADVICE = ("Pass a local GGUF with --model /path/to/model.gguf, or a hub repo as --model owner/name:file.gguf "
+                "on a machine that can reach the Hugging Face hub (set HF_HUB_OFFLINE=1 to use only the local cache).")
 
 
 class ModelLoadError(VenusEdgeError):
@@ -115,15 +166,20 @@ class ContextOverflowError(VenusEdgeError):
         n_ctx: the context window in tokens.
     """
 
-    def __init__(self, prompt_tokens: int, n_ctx: int, hint: str = "raise n_ctx or shorten the question") -> None:
+    def __init__(self, prompt_tokens: int, n_ctx: int, hint: str = "raise {n_ctx} or shorten the question") -> None:
+        """``hint`` is the advice, with ``{setting}`` fields for the settings it names (``VenusEdgeError``)."""
         self.prompt_tokens = prompt_tokens
         self.n_ctx = n_ctx
-        super().__init__(f"prompt is {prompt_tokens:,} tokens; n_ctx is {n_ctx:,}; {hint}")
+        super().__init__(self._named(f"prompt is {prompt_tokens:,} tokens; n_ctx is {n_ctx:,}; {hint}"))
 
 
 class ContextSettingsError(VenusEdgeError, ValueError):
     """Session settings that cannot work together in the context window (an answer reserve larger than n_ctx, a
-    system prompt that leaves no room to research); the message names the rule, the values and the fix."""
+    system prompt that leaves no room to research, a window above the model's trained context); the message names
+    the rule, the values and a fix that works, its settings as ``{setting}`` fields (``VenusEdgeError``)."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(self._named(template))
 
 
 class MemoryPlanError(VenusEdgeError):
@@ -136,10 +192,11 @@ class MemoryPlanError(VenusEdgeError):
         usable_bytes: memory a plan may use: the RAM budget less the headroom, in bytes.
     """
 
-    def __init__(self, reason: str, *, needed_bytes: int, usable_bytes: int) -> None:
+    def __init__(self, reason: str, *, needed_bytes: int, usable_bytes: int, names_settings: bool = False) -> None:
+        """``names_settings``: ``reason`` writes the settings it names as ``{setting}`` fields (``VenusEdgeError``)."""
         self.needed_bytes = needed_bytes
         self.usable_bytes = usable_bytes
-        super().__init__(reason)
+        super().__init__(self._named(reason) if names_settings else reason)
 
 
 class EngineStateError(VenusEdgeError):

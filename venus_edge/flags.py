@@ -8,21 +8,62 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
+from venus_edge.memory.machine import MAX_THREADS, physical_cores
 from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.text import valid_text
 
-__all__ = ["add_memory_arguments", "add_session_arguments", "check_key_text", "check_session_arguments",
-           "count_argument", "number_argument", "size_argument"]
+__all__ = ["DEPRECATED_UNTIL", "SETTING_FLAGS", "add_deprecated_alias", "add_memory_arguments",
+           "add_session_arguments", "check_key_text", "check_session_arguments", "count_argument",
+           "number_argument", "size_argument", "threads_argument"]
+
+#: Each setting an error's advice may name (``VenusEdgeError.message_for``), by its Python name, and the flag that
+#: sets it: the CLI prints the flag, so the fix it names is one the user can type.
+SETTING_FLAGS = {
+    "n_ctx": "--n-ctx", "answer_reserve_tokens": "--answer-reserve", "context_policy": "--context-policy",
+    "max_tokens": "--max-tokens", "max_turns": "--max-turns", "time_limit_s": "--time-limit", "n_threads": "--threads",
+    "kv_type": "--kv-type", "ram_bytes": "--ram", "keep_last": "--keep-last", "min_tool_calls": "--min-tool-calls",
+}
+
+#: The release that drops the old spellings of renamed flags (``add_deprecated_alias``).
+DEPRECATED_UNTIL = "0.2.0"
 
 
-def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: str = "--api-key") -> None:
+class _DeprecatedAlias(argparse.Action):
+    """A renamed flag's old spelling: hidden from ``--help``, stores into the new flag's ``dest`` and warns on stderr
+    that it goes away."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new_flag: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+        self.new_flag = new_flag
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"warning: {option_string} is deprecated and goes away in venus-edge {DEPRECATED_UNTIL}; use "
+              f"{self.new_flag}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_alias(parser: argparse._ActionsContainer, old_flag: str, new_flag: str) -> None:
+    """Let ``old_flag`` stand for ``new_flag`` (already added to ``parser``, or to the mutually exclusive group
+    given) until ``DEPRECATED_UNTIL``: same ``dest``, type and metavar, no help line, a one-line warning when
+    used."""
+    new = next(action for action in parser._actions if new_flag in action.option_strings)
+    same: dict[str, Any] = {"type": new.type} if new.type is not None else {}
+    parser.add_argument(old_flag, action=_DeprecatedAlias, new_flag=new_flag, dest=new.dest, metavar=new.metavar,
+                        choices=new.choices, **same)
+
+
+def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool = True) -> None:
     """The flags that set up a research session (model, engine, tools, limits, sampling): ``research``, ``eval``,
-    ``serve``, ``mcp``. ``engine_key_flag`` names the flag of ``--base-url``'s bearer token (``serve`` keeps
-    ``--api-key`` for its own clients); its value is ``args.api_key`` either way."""
+    ``serve``, ``mcp``. ``--base-url``'s bearer token is ``--engine-api-key`` (``args.api_key``); ``old_api_key``
+    keeps its old spelling ``--api-key`` as a deprecated alias (``research`` and ``eval``; in ``serve`` that spelling
+    was the server's own key)."""
     parser.add_argument("--model", default=None,
                         help=f"a GGUF path, or a hub repo owner/name[:file.gguf] (default {DEFAULT_MODEL}, "
                              f"{DEFAULT_QUANT}); with --engine openai, the server's model name")
@@ -30,8 +71,11 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: s
                         help="llama: llama.cpp in this process (default); openai: a server at --base-url")
     parser.add_argument("--base-url", default=None, metavar="URL",
                         help="the OpenAI-compatible server of --engine openai (llama-server, vLLM, SGLang)")
-    parser.add_argument(engine_key_flag, dest="api_key", default=os.environ.get("VENUS_EDGE_API_KEY"), metavar="KEY",
-                        help="bearer token for --base-url (default $VENUS_EDGE_API_KEY)")
+    parser.add_argument("--engine-api-key", dest="api_key", default=os.environ.get("VENUS_EDGE_API_KEY"),
+                        metavar="KEY", help="bearer token for --base-url, the model server (default "
+                                            "$VENUS_EDGE_API_KEY)")
+    if old_api_key:
+        add_deprecated_alias(parser, "--api-key", "--engine-api-key")
     parser.add_argument("--corpus", action="append", type=Path, default=[], metavar="DIR",
                         help="a folder of HTML/Markdown/text/PDF documents to search and visit (repeatable)")
     parser.add_argument("--web", action="store_true",
@@ -48,15 +92,16 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: s
                         help="visit shows the page passages that match the goal, without a model-written summary "
                              "(for models too small to summarize)")
     parser.add_argument("--max-turns", type=count_argument(1), default=200, metavar="N",
-                        help="model turns at most (default 200)")
+                        help="research turns at most (default 200, as DR-Venus); a session still researching "
+                             "then gets one more turn, asked for its final answer (as the protocol does)")
     parser.add_argument("--max-tokens", type=count_argument(1), default=15_000, metavar="N",
                         help="new tokens per turn (default 15000)")
     parser.add_argument("--time-limit", type=number_argument(0, inclusive=False), default=9_000.0, metavar="S",
                         help="wall-clock limit in seconds")
     parser.add_argument("--n-ctx", type=count_argument(1), default=None, metavar="N",
                         help="context window in tokens (of each sample's sequence when several run at once)")
-    parser.add_argument("--threads", type=count_argument(1), default=None, metavar="N",
-                        help="CPU threads (default: physical cores)")
+    parser.add_argument("--threads", type=threads_argument, default=None, metavar="N",
+                        help=f"CPU threads (default: the physical cores, {physical_cores()} here)")
     add_memory_arguments(parser)
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="do not save or restore the system prompt's KV state (kept under "
@@ -94,6 +139,16 @@ def count_argument(minimum: int) -> Callable[[str], int]:
 
     count.__name__ = "count"  # argparse names the type in its messages
     return count
+
+
+def threads_argument(text: str) -> int:
+    """``--threads``: a whole number from 1 to llama.cpp's limit (``MAX_THREADS``), or a usage error that says how
+    many cores this machine has (100,000 threads crashed llama.cpp)."""
+    value = count_argument(1)(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_THREADS} (llama.cpp's limit), got {value}; this "
+                                         f"machine has {physical_cores()} physical cores, the default")
+    return value
 
 
 def number_argument(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
@@ -143,7 +198,7 @@ def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentP
             parser.error(f"--corpus {folder}: not a directory")
     if args.replay and not args.replay.is_dir():
         parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
-    check_key_text(args.api_key, "the bearer token for --base-url (--api-key or $VENUS_EDGE_API_KEY)", parser)
+    check_key_text(args.api_key, "the bearer token for --base-url (--engine-api-key or $VENUS_EDGE_API_KEY)", parser)
     if args.engine == "openai" and not args.base_url:
         parser.error("--engine openai needs --base-url URL (e.g. http://127.0.0.1:8080)")
     if args.base_url and args.engine != "openai":

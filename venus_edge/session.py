@@ -64,7 +64,7 @@ class SessionSettings:
         allow_network: private networks (CIDR) visit may fetch.
         search_results: results per search query.
         extractive_visit: visit shows the passages that match the goal, without a model-written summary.
-        max_turns: model turns at most.
+        max_turns: research turns at most, then one more turn asked for the final answer (``AgentConfig``).
         max_tokens: new tokens per turn at most.
         time_limit_s: wall-clock limit of a session, in seconds.
         n_ctx: context window in tokens (of each sample's sequence when several run at once); None: the memory

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from venus_edge.errors import TrajectoryError
+from venus_edge.errors import TrajectoryError, missing_file_reason
 from venus_edge.jsonl import append_record, iter_records
 from venus_edge.protocol import is_observation
 from venus_edge.text import shown_path
@@ -401,7 +401,7 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
 
 def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.is_file():
-        raise TrajectoryError(path, 0, "no such file")
+        raise TrajectoryError(path, 0, missing_file_reason(path, ".jsonl"))
     for number, record, problem in iter_records(path):
         if problem:
             skipped.append(SkippedLine(number, problem))

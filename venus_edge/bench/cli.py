@@ -1,9 +1,13 @@
 """``venus-edge bench``: how fast and how big each GGUF runs here, beside llama.cpp's own figures. The report ends
 with what was run (``venus_edge.provenance``: the files and their SHA-256, every flag, versions, machine, date).
 
-    venus-edge bench MODEL... [--n-ctx N] [--kv f16,q8_0] [--threads 2,4] [--prompt-lengths 128,512,2048]
-                     [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--session FILE | --no-session]
+    venus-edge bench MODEL... [--n-ctx N] [--kv-type f16,q8_0] [--threads 2,4] [--prompt-lengths 128,512,2048]
+                     [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--journal FILE | --no-session]
                      [--reference F16.gguf] [--out DIR] [--no-plot]
+
+``--kv-type`` and ``--threads`` mean what they mean in ``research``; bench takes a comma list of them and measures
+each (a sweep), where a session takes one. ``--kv`` and ``--session FILE`` are the deprecated spellings of
+``--kv-type`` and ``--journal FILE`` (``research --session`` is a session's id).
 """
 
 from __future__ import annotations
@@ -31,6 +35,16 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _thread_counts(text: str) -> tuple[int, ...]:
+    """``--threads 2,4``: each a thread count as ``research --threads`` takes it (``threads_argument``)."""
+    from venus_edge.flags import threads_argument
+
+    values = tuple(threads_argument(part.strip()) for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated thread counts, got {text!r}")
+    return values
+
+
 def _kv_types(text: str) -> tuple[str, ...]:
     values = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [v for v in values if v not in ("f16", "q8_0", "q4_0")]
@@ -39,17 +53,32 @@ def _kv_types(text: str) -> tuple[str, ...]:
     return values
 
 
+_BENCH_DESCRIPTION = """\
+Measure each GGUF on this machine, for each --kv-type and --threads given: load time and resident memory (beside the
+planner's estimate), prefill and decode speed at several prompt lengths and depths, a replayed research session, and
+quality against an unquantized reference, beside llama-bench's own figures. Prints the report; writes report.md,
+report.json and the plots under --out.
+
+example:
+  venus-edge bench M-Q8_0.gguf M-Q4_K_M.gguf M-F16.gguf --kv-type f16,q8_0 --threads 2,4 --out runs/bench
+"""
+
+
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``bench`` (its parser imports nothing heavy)."""
-    bench = commands.add_parser("bench", help="measure load, memory, prefill, decode, a session and quality of GGUFs")
+    from venus_edge.flags import add_deprecated_alias
+
+    bench = commands.add_parser("bench", help="measure load, memory, prefill, decode, a session and quality of GGUFs",
+                                description=_BENCH_DESCRIPTION)
     bench.add_argument("models", nargs="+", metavar="MODEL", help="GGUF files (e.g. Q8_0, Q6_K, Q4_K_M of one "
                                                                   "checkpoint) or hub repos owner/name[:file.gguf]")
     bench.add_argument("--n-ctx", type=int, default=8192, metavar="N",
                        help="context window (default 8192: the shipped session's last turn needs ~5K tokens)")
-    bench.add_argument("--kv", type=_kv_types, default=("f16",), metavar="TYPES",
+    bench.add_argument("--kv-type", dest="kv", type=_kv_types, default=("f16",), metavar="TYPES",
                        help="KV-cache types to measure, comma-separated: f16,q8_0,q4_0 (default f16)")
-    bench.add_argument("--threads", type=_ints, default=None, metavar="N,...",
-                       help="thread counts to measure, comma-separated (default: the physical cores)")
+    add_deprecated_alias(bench, "--kv", "--kv-type")
+    bench.add_argument("--threads", type=_thread_counts, default=None, metavar="N,...",
+                       help="CPU thread counts to measure, comma-separated (default: the physical cores)")
     bench.add_argument("--prompt-lengths", type=_ints, default=(128, 512, 2048), metavar="N,...",
                        help="prefill test prompt lengths in tokens (default 128,512,2048)")
     bench.add_argument("--depths", type=_ints, default=(0, 2048, 6144), metavar="N,...",
@@ -57,9 +86,10 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     bench.add_argument("--decode-tokens", type=int, default=64, metavar="N", help="tokens per decode test (default 64)")
     bench.add_argument("--repeats", type=int, default=2, metavar="N", help="runs per test, best kept (default 2)")
     replayed = bench.add_mutually_exclusive_group()
-    replayed.add_argument("--session", type=Path, default=None, metavar="FILE",
+    replayed.add_argument("--journal", type=Path, default=None, metavar="FILE",
                           help="a journal (research --out) whose longest session is replayed "
                                "(default: the shipped one)")
+    add_deprecated_alias(replayed, "--session", "--journal")
     replayed.add_argument("--no-session", action="store_true", help="do not replay a session")
     bench.add_argument("--reference", type=Path, default=None, metavar="GGUF",
                        help="the unquantized file quality is measured against (default: the F16/F32/BF16 file "
@@ -89,7 +119,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                    for model in models for kv in args.kv for threads in (args.threads or (physical_cores(),))]
     except ValueError as exc:
         parser.error(str(exc))
-    session = None if args.no_session else measure.load_session(args.session or measure.shipped_session_path())
+    session = None if args.no_session else measure.load_session(args.journal or measure.shipped_session_path())
     reference = args.reference or pick_reference(models)
     record = _run_record(args, models, reference)
     with _progress_bar(len(configs) * len(STAGES), quiet=args.quiet) as advance:

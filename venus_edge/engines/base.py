@@ -229,7 +229,7 @@ def room_left(prompt_tokens: int, n_ctx: int) -> int:
     """
     room = n_ctx - prompt_tokens
     if room < 1 or prompt_tokens == 0:
-        raise ContextOverflowError(prompt_tokens, n_ctx, "raise n_ctx or use the force-answer policy")
+        raise ContextOverflowError(prompt_tokens, n_ctx, "raise {n_ctx} or use the force-answer {context_policy}")
     return room
 
 

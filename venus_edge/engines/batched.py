@@ -57,7 +57,8 @@ from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
 from venus_edge.memory.header import check_gguf_file, read_model_header
-from venus_edge.memory.machine import physical_cores
+from venus_edge.memory.machine import check_threads, physical_cores
+from venus_edge.memory.plan import estimate_memory, refuse_beyond_machine
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
 __all__ = ["BatchedLlamaCppEngine", "SequenceEngine"]
@@ -104,7 +105,7 @@ class BatchedLlamaCppEngine:
         kv_cache_f32: keep the KV cache in F32 (parity checks).
 
     Raises:
-        ModelNotFoundError, ModelLoadError: as ``LlamaCppEngine``.
+        ModelNotFoundError, ModelLoadError, MemoryPlanError, ValueError: as ``LlamaCppEngine``.
     """
 
     def __init__(
@@ -123,8 +124,11 @@ class BatchedLlamaCppEngine:
         check_gguf_file(self.model_path)
         self.n_seq = n_seq
         self.n_threads = n_threads or physical_cores()
+        check_threads(self.n_threads)
         self.n_batch = min(n_batch, n_ctx)
-        read_model_header(self.model_path)  # its values bounded before llama.cpp sees them
+        header = read_model_header(self.model_path)  # its values bounded before llama.cpp sees them
+        refuse_beyond_machine(header, estimate_memory(header, n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else "f16",
+                                                      n_batch=self.n_batch, n_threads=self.n_threads))
         set_verbose(False)  # llama.cpp logs through llama-cpp-python's logger, as LlamaCppEngine(verbose=False) sets it
         with llama_diagnostics(self.model_path) as errors:
             try:
@@ -308,8 +312,9 @@ class BatchedLlamaCppEngine:
                     rows.append((request, index))
         status = llama_cpp.llama_decode(self._ctx.ctx, batch)
         if status != 0:
-            error = ContextOverflowError(sum(len(t) for t in self._kv_tokens), self.n_ctx_total,
-                                         f"the shared KV cache is full (llama_decode returned {status}); raise n_ctx")
+            error = ContextOverflowError(
+                sum(len(t) for t in self._kv_tokens), self.n_ctx_total,
+                f"the shared KV cache is full (llama_decode returned {status}); raise {{n_ctx}}")
             for request in list(active):
                 self._finish(active, request, error=error)
             return

@@ -47,7 +47,7 @@ from venus_edge.engines.prompt_cache import PromptCache
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
 from venus_edge.memory.header import FILE_TYPES, check_gguf_file, read_model_header
-from venus_edge.memory.machine import physical_cores
+from venus_edge.memory.machine import check_threads, physical_cores
 from venus_edge.memory.plan import KVType, MemoryPlan, engine_plan
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
@@ -99,7 +99,9 @@ class LlamaCppEngine:
             (``read_model_header``), or llama.cpp refuses the file (corrupt, truncated, unsupported architecture;
             the message holds llama.cpp's own error lines). Should llama.cpp still abort the process, its message
             is written to standard error first (``venus_edge.engines.llama_load``).
-        MemoryPlanError: the planner finds no context that fits the RAM budget (the message says what would).
+        MemoryPlanError: the planner finds no context that fits the RAM budget (the message says what would), or
+            a fixed ``n_ctx`` needs more memory than the machine has (``refuse_beyond_machine``).
+        ValueError: ``n_threads`` above llama.cpp's limit (``venus_edge.memory.MAX_THREADS``).
     """
 
     #: One llama.cpp context decodes one rollout at a time (``Engine.concurrent_rollouts``).
@@ -123,6 +125,7 @@ class LlamaCppEngine:
         self.model_path = Path(model_path)
         check_gguf_file(self.model_path)
         threads = n_threads or physical_cores()
+        check_threads(threads)
         if kv_cache_f32 and kv_type not in (None, "f32"):
             raise ValueError(f"kv_cache_f32=True asks for an f32 KV cache, kv_type={kv_type!r} for another; pass one")
         #: The settings this engine loaded with and their memory (``venus_edge.memory.MemoryPlan``).

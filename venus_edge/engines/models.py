@@ -39,7 +39,7 @@ def resolve_model(spec: str | os.PathLike[str] = DEFAULT_MODEL, *, quant: str = 
     path = Path(text).expanduser()
     if path.exists() or (text.endswith(".gguf") and ":" not in text) or text.startswith((".", "/", "~")):
         if not path.is_file():
-            raise ModelNotFoundError(text, "no such file")
+            raise ModelNotFoundError.for_path(path)
         return path
     repo_id, _, filename = text.partition(":")
     if repo_id.count("/") != 1:
@@ -62,7 +62,20 @@ def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: Path | 
     try:
         return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir, local_files_only=hub_offline()))
     except Exception as exc:  # huggingface_hub raises many types (offline, HTTP, missing entry)
-        raise ModelNotFoundError(f"{repo_id}:{filename}", f"cannot fetch it ({type(exc).__name__}: {exc})") from exc
+        raise ModelNotFoundError(f"{repo_id}:{filename}", f"cannot fetch it ({type(exc).__name__}: {exc})",
+                                 advice=_hub_advice(repo_id, filename)) from exc
+
+
+def _hub_advice(repo_id: str, filename: str | None = None) -> str:
+    """What to do about a hub model that could not be fetched: offline, fetch it into the cache first (setting
+    ``HF_HUB_OFFLINE`` again would change nothing); online, check the name, the network and the token."""
+    local = "or pass a local GGUF with --model /path/to/model.gguf"
+    download = f"hf download {repo_id} {filename}" if filename else f"hf download {repo_id} --include '*.gguf'"
+    if hub_offline():
+        return (f"HF_HUB_OFFLINE is set, so only the local hub cache is read: download the file once on a machine "
+                f"that can reach the hub ({download}), unset HF_HUB_OFFLINE here, {local}.")
+    return (f"Check the repo and file name at https://huggingface.co/{repo_id}, the network, and HF_TOKEN for a "
+            f"private or gated repo, {local}.")
 
 
 def _pick_gguf(repo_id: str, quant: str, cache_dir: Path | None) -> str:
@@ -77,7 +90,8 @@ def _pick_gguf(repo_id: str, quant: str, cache_dir: Path | None) -> str:
         try:
             folder = Path(snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=True))
         except Exception as exc:
-            raise ModelNotFoundError(repo_id, "not in the local hub cache and the hub cannot be reached") from exc
+            raise ModelNotFoundError(repo_id, "not in the local hub cache and the hub cannot be reached",
+                                     advice=_hub_advice(repo_id)) from exc
         names = [str(p.relative_to(folder)) for p in folder.rglob("*.gguf")]
     ggufs = sorted(n for n in names if n.endswith(".gguf"))
     if len(ggufs) == 1:

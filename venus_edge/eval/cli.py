@@ -30,11 +30,22 @@ __all__ = ["add_command", "run"]
 
 
 
+_EVAL_DESCRIPTION = """\
+Research each question of DATA (--k samples each) and score the answers: exact match, F1, pass@k, an optional LLM
+--judge and an --aggregate answer of the k. Writes results.jsonl, trajectories.jsonl, summary.md, summary.json and
+summary.png under --out; a rerun with the same --out resumes.
+
+example:
+  venus-edge eval pydocs --corpus /usr/share/doc/python3.11/html --model M.gguf --k 4 --aggregate majority
+"""
+
+
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``eval`` with the session flags of ``research``."""
     from venus_edge.flags import add_session_arguments
 
-    parser = commands.add_parser("eval", help="evaluate the agent on a question set (pass@k, EM, F1, judge)")
+    parser = commands.add_parser("eval", help="evaluate the agent on a question set (pass@k, EM, F1, judge)",
+                                 description=_EVAL_DESCRIPTION)
     parser.add_argument("data", help="a question set: 'pydocs' (shipped), or a .jsonl/.json/.csv/.parquet file "
                         "(BrowseComp's CSV and GAIA's metadata.jsonl are read as published)")
     add_session_arguments(parser)

@@ -273,11 +273,11 @@ def check_gguf_file(path: Path) -> None:
     """Fail early, with the path, on a file that is missing, empty or not GGUF (its first four bytes only).
 
     Raises:
-        ModelNotFoundError: no such file.
+        ModelNotFoundError: no such file, or a folder (the message names the GGUF files in it).
         ModelLoadError: not a GGUF file (wrong magic) or empty.
     """
     if not path.is_file():
-        raise ModelNotFoundError(str(path), "no such file")
+        raise ModelNotFoundError.for_path(path)
     with path.open("rb") as handle:
         _check_magic(handle.read(4), path)
 
@@ -479,13 +479,13 @@ def read_gguf_header(path: str | Path, *, decode_strings: bool = False) -> GGUFH
             walking them (departure 1).
 
     Raises:
-        ModelNotFoundError: no such file.
+        ModelNotFoundError: no such file, or a folder (the message names the GGUF files in it).
         ModelLoadError: empty, not GGUF, an unsupported version, a corrupt or truncated header, or tensor data
             shorter than the header promises. The message names the path.
     """
     path = Path(path)
     if not path.is_file():
-        raise ModelNotFoundError(str(path), "no such file")
+        raise ModelNotFoundError.for_path(path)
     try:
         with path.open("rb") as handle:
             if path.stat().st_size == 0:
@@ -511,7 +511,7 @@ def read_model_header(path: str | Path) -> ModelHeader:
         path: a local GGUF file.
 
     Raises:
-        ModelNotFoundError: no such file.
+        ModelNotFoundError: no such file, or a folder (the message names the GGUF files in it).
         ModelLoadError: empty, not GGUF, an unsupported version, a corrupt or truncated header, tensor data
             shorter than the header promises, or a header without the dimensions a plan needs. The message
             names the path.

@@ -11,8 +11,12 @@ import platform
 import re
 from pathlib import Path
 
-__all__ = ["available_ram_bytes", "cpu_name", "llama_cpu_features", "load_average", "physical_cores",
-           "total_ram_bytes"]
+__all__ = ["MAX_THREADS", "available_ram_bytes", "check_threads", "cpu_name", "llama_cpu_features", "load_average",
+           "physical_cores", "total_ram_bytes"]
+
+#: The most threads llama.cpp uses (``GGML_MAX_N_THREADS`` in ggml/include/ggml.h); far more crashed it (100,000
+#: threads: a segmentation fault in llama-cpp-python 0.3.36).
+MAX_THREADS = 512
 
 
 def physical_cores() -> int:
@@ -29,6 +33,31 @@ def physical_cores() -> int:
                 core = value.strip()
                 cores.add((physical, core))
     return max(1, min(available, len(cores) or available))
+
+
+def check_threads(n_threads: int) -> None:
+    """Refuse a thread count llama.cpp cannot take, before it is handed one.
+
+    Raises:
+        ValueError: ``n_threads`` below 1 or above ``MAX_THREADS``.
+    """
+    if not 1 <= n_threads <= MAX_THREADS:
+        raise ValueError(f"n_threads must be from 1 to {MAX_THREADS} (llama.cpp's limit), got {n_threads}; this "
+                         f"machine has {physical_cores()} physical cores")
+
+
+def total_ram_bytes() -> int | None:
+    """This machine's RAM in bytes, lowered to a cgroup v2 memory limit (a container) when there is one; None
+    when it cannot be read. No setting can use more, whatever is free now."""
+    try:
+        total = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            total = min(total, int(limit))
+    return total
 
 
 def available_ram_bytes() -> int:
@@ -76,19 +105,6 @@ def cpu_name() -> str:
             if key.strip() == "model name" and value.strip():
                 return value.strip()
     return platform.processor() or platform.machine() or "unknown"
-
-
-def total_ram_bytes() -> int | None:
-    """The machine's physical memory in bytes (``MemTotal``, else ``sysconf``); None when neither can be read."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key == "MemTotal":
-                return int(value.split()[0]) * 1024
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def load_average() -> float | None:

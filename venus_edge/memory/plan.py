@@ -55,7 +55,7 @@ from typing import Any, Literal
 
 from venus_edge.errors import MemoryPlanError
 from venus_edge.memory.header import ModelHeader
-from venus_edge.memory.machine import available_ram_bytes, llama_cpu_features, physical_cores
+from venus_edge.memory.machine import available_ram_bytes, llama_cpu_features, physical_cores, total_ram_bytes
 
 __all__ = [
     "DEFAULT_MAX_N_CTX",
@@ -70,6 +70,7 @@ __all__ = [
     "kv_bytes_per_token",
     "parse_size",
     "plan_memory",
+    "refuse_beyond_machine",
 ]
 
 KVType = Literal["f32", "f16", "q8_0", "q4_0"]
@@ -504,8 +505,35 @@ def engine_plan(
                            flash_attn=flash_attn, n_threads=n_threads, n_batch=n_batch, helper_n_ctx=helper_n_ctx)
     kind: KVType = kv_type or "f16"
     fa = flash_attn if flash_attn is not None else kind not in ("f16", "f32")
-    return estimate_memory(header, n_ctx=n_ctx, kv_type=kind, flash_attn=fa, n_threads=n_threads, n_batch=n_batch,
+    plan = estimate_memory(header, n_ctx=n_ctx, kv_type=kind, flash_attn=fa, n_threads=n_threads, n_batch=n_batch,
                            helper_n_ctx=helper_n_ctx)
+    refuse_beyond_machine(header, plan)
+    return plan
+
+
+def refuse_beyond_machine(header: ModelHeader, plan: MemoryPlan) -> None:
+    """Refuse a fixed window that needs more memory than this machine has at all (``total_ram_bytes``): llama.cpp
+    would fail to allocate it (``std::bad_alloc``) or the system would kill the process. A plan that only exceeds
+    what is free now is left to run, as without the planner.
+
+    Raises:
+        MemoryPlanError: the message names the window, the memory, the model's trained context and a window that
+            fits now (``plan_memory``), with ``{n_ctx}`` fields for the setting (``VenusEdgeError.message_for``).
+    """
+    machine = total_ram_bytes()
+    if machine is None or plan.total_bytes <= machine:
+        return
+    trained = f"; the model was trained on {header.n_ctx_train:,} tokens" if header.n_ctx_train else ""
+    try:
+        fits = plan_memory(header, ram_bytes=available_ram_bytes(), kv_type=plan.kv_type if plan.kv_type != "f32"
+                           else None, n_threads=plan.n_threads, n_batch=plan.n_batch, helper_n_ctx=plan.helper_n_ctx)
+        fix = f"give {{n_ctx}} {fits.n_ctx} (it fits in the memory free now), or leave {{n_ctx}} out to choose it"
+    except (MemoryPlanError, OSError):
+        fix = "give a smaller {n_ctx}"
+    template = (f"{{n_ctx}} {plan.n_ctx:,} needs {format_bytes(plan.total_bytes)} (KV cache "
+                f"{format_bytes(plan.kv_bytes)}), more than this machine's {format_bytes(machine)} of RAM{trained}: "
+                f"{fix}")
+    raise MemoryPlanError(template, needed_bytes=plan.total_bytes, usable_bytes=machine, names_settings=True)
 
 
 def _refusal(header: ModelHeader, smallest: MemoryPlan, n_ctx: int | None, kv_type: KVType | None,

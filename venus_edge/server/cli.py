@@ -1,24 +1,35 @@
 """``venus-edge serve``: the research server (``venus_edge.server.app``) on uvicorn, one model loaded once; and
 ``venus-edge mcp``: the MCP server (``venus_edge.server.mcp``).
 
-    venus-edge serve --model M.gguf [--corpus DIR] [--web] [--host 127.0.0.1] [--port 8765] [--api-key KEY]
+    venus-edge serve --model M.gguf [--corpus DIR] [--web] [--host 127.0.0.1] [--port 8765] [--server-api-key KEY]
                      [--cors-origin URL] [--max-queue N] [--slots N] [--journal FILE]
                      [--header-timeout S] [--body-timeout S] [--keep-alive S]
     venus-edge mcp --model M.gguf [--corpus DIR] [--transport stdio|http] [--host 127.0.0.1] [--port 8766]
                    [--journal FILE] [--max-queue N]
 
-Loopback only by default: binding any other address needs ``--api-key`` (clients send it as a bearer token).
+Loopback only by default: binding any other address needs ``--server-api-key`` (clients send it as a bearer token).
+``--engine-api-key`` is the key of the model server behind ``--engine openai``, as in ``research`` and ``eval``.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from venus_edge.flags import add_session_arguments, check_key_text, check_session_arguments, size_argument
+from venus_edge.flags import (
+    add_deprecated_alias,
+    add_session_arguments,
+    check_key_text,
+    check_session_arguments,
+    count_argument,
+    size_argument,
+)
 from venus_edge.server.defaults import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
@@ -26,21 +37,44 @@ from venus_edge.server.defaults import (
     default_journal_path,
     is_loopback,
 )
-from venus_edge.session import SessionSettings, open_session
+from venus_edge.session import SessionSettings, SetupError, open_session
 
 __all__ = ["add_commands", "run"]
 
 
+_SERVE_DESCRIPTION = """\
+Load the model once and serve research over HTTP: POST /v1/research (JSON, or SSE events as they happen), OpenAI-
+compatible /v1/chat/completions, the sessions at /v1/sessions, and a research page at /. Every session is journaled
+to --journal (JSONL). Loopback only, unless --server-api-key is given.
+
+example:
+  venus-edge serve --model M.gguf --corpus docs/ --port 8765      # then open http://127.0.0.1:8765/
+"""
+
+
+_MCP_DESCRIPTION = """\
+Serve the research agent and its search and visit tools to MCP clients (Claude Desktop, the MCP Inspector): over
+stdio, where the client starts this command, or streamable HTTP at /mcp. Research sessions are journaled to
+--journal (JSONL); nothing is written on stdout but the protocol.
+
+examples:
+  venus-edge mcp --model M.gguf --corpus docs/                    # as the command in the client's config
+  venus-edge mcp --model M.gguf --corpus docs/ --transport http    # then http://127.0.0.1:8766/mcp
+"""
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``serve`` and ``mcp`` (their parsers import nothing heavy)."""
-    serve = commands.add_parser("serve", help="serve research over HTTP: SSE, OpenAI-compatible chat, a web page")
-    add_session_arguments(serve, engine_key_flag="--engine-api-key")
+    serve = commands.add_parser("serve", help="serve research over HTTP: SSE, OpenAI-compatible chat, a web page",
+                                description=_SERVE_DESCRIPTION)
+    add_session_arguments(serve, old_api_key=False)
     serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default 127.0.0.1; any other needs --api-key)")
-    serve.add_argument("--port", type=int, default=8765, help="port (default 8765)")
-    serve.add_argument("--api-key", dest="server_api_key", default=os.environ.get("VENUS_EDGE_SERVER_KEY"),
-                       metavar="KEY", help="clients must send 'Authorization: Bearer KEY' (default "
-                                           "$VENUS_EDGE_SERVER_KEY; required off loopback)")
+                       help="address to bind (default 127.0.0.1; any other needs --server-api-key)")
+    serve.add_argument("--port", type=_port_argument(0), default=8765, help="port (default 8765; 0: any free port)")
+    serve.add_argument("--server-api-key", dest="server_api_key", default=os.environ.get("VENUS_EDGE_SERVER_KEY"),
+                       metavar="KEY", help="this server's own key: clients must send 'Authorization: Bearer KEY' "
+                                           "(default $VENUS_EDGE_SERVER_KEY; required off loopback)")
+    add_deprecated_alias(serve, "--api-key", "--server-api-key")
     serve.add_argument("--cors-origin", action="append", default=[], metavar="URL",
                        help="allow cross-origin requests from this origin (repeatable; default none)")
     serve.add_argument("--max-queue", type=int, default=8, metavar="N",
@@ -65,17 +99,62 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        help="seconds an idle connection stays open after a response, in whole seconds (default "
                             f"{DEFAULT_KEEP_ALIVE_S:g})")
 
-    mcp = commands.add_parser("mcp", help="serve research, search and visit to MCP clients (stdio or streamable HTTP)")
-    add_session_arguments(mcp, engine_key_flag="--engine-api-key")
+    mcp = commands.add_parser("mcp", help="serve research, search and visit to MCP clients (stdio or streamable HTTP)",
+                              description=_MCP_DESCRIPTION)
+    add_session_arguments(mcp, old_api_key=False)
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                      help="stdio: the client starts this process (default); http: streamable HTTP at /mcp")
     mcp.add_argument("--host", default="127.0.0.1",
                      help="with --transport http: a loopback address (default 127.0.0.1)")
-    mcp.add_argument("--port", type=int, default=8766, help="with --transport http: the port (default 8766)")
+    mcp.add_argument("--port", type=_port_argument(1), default=8766,
+                     help="with --transport http: the port (default 8766)")
     mcp.add_argument("--journal", type=Path, default=None, metavar="FILE",
                      help=f"the sessions' journal (default {default_journal_path()})")
     mcp.add_argument("--max-queue", type=int, default=8, metavar="N",
                      help="research sessions that may wait for the model; more are refused (default 8)")
+
+
+def _port_argument(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for a TCP port from ``minimum`` (0: the system picks a free one) to 65535."""
+    count = count_argument(minimum)
+
+    def port(text: str) -> int:
+        value = count(text)
+        if value > 65_535:
+            raise argparse.ArgumentTypeError(f"a TCP port is at most 65535, got {value}")
+        return value
+
+    port.__name__ = "port"
+    return port
+
+
+def _listening_socket(host: str, port: int, *, keep: bool = True) -> socket.socket | None:
+    """Bind ``host``:``port`` before the model loads, so that a port in use is one line naming ``--port``, not a
+    traceback after the banner. ``keep``: return the bound socket for the server to listen on (no other process
+    can take the port meanwhile); else close it (the server binds again itself: ``mcp``).
+
+    Raises:
+        SetupError: the port is in use, or the address cannot be bound; the message names the fix.
+    """
+    bare = host.strip("[]")
+    sock: socket.socket | None = None
+    try:
+        family = socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a just-closed server's port is free
+        sock.bind((bare, port))
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            zero = ", or --port 0 for any free one" if keep else ""
+            raise SetupError(f"--port {port}: {host}:{port} is already in use by another program (another "
+                             f"venus-edge?); stop it or choose another --port{zero}") from None
+        raise SetupError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
+    if not keep:
+        sock.close()
+        return None
+    return sock
 
 
 def _loopback_hosts(host: str) -> list[str] | None:
@@ -101,17 +180,19 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.server.timeouts import uvicorn_options
 
     if not is_loopback(args.host) and not args.server_api_key:
-        parser.error(f"--host {args.host} can be reached from other machines: give --api-key KEY (or "
+        parser.error(f"--host {args.host} can be reached from other machines: give --server-api-key KEY (or "
                      "$VENUS_EDGE_SERVER_KEY) so that only your clients can use the model")
     check_session_arguments(args, parser)
-    check_key_text(args.server_api_key, "the server's key (--api-key or $VENUS_EDGE_SERVER_KEY)", parser)
+    check_key_text(args.server_api_key, "the server's key (--server-api-key or $VENUS_EDGE_SERVER_KEY)", parser)
     if args.slots < 1 or args.max_queue < 0:
         parser.error("--slots must be at least 1 and --max-queue at least 0")
     if min(args.header_timeout, args.body_timeout, args.keep_alive) <= 0:
         parser.error(f"--header-timeout, --body-timeout and --keep-alive must be > 0 seconds, got "
                      f"{args.header_timeout:g}, {args.body_timeout:g} and {args.keep_alive:g}")
     journal = args.journal or default_journal_path()
-    with open_session(SessionSettings.from_args(args), samples=args.slots) as session:
+    listening = _listening_socket(args.host, args.port)
+    assert listening is not None
+    with listening, open_session(SessionSettings.from_args(args), samples=args.slots) as session:
         engines: list[Any] = session.parallel_engines(args.slots)
         service = ResearchService(engines, session.tools, session.config, journal_path=journal,
                                   max_queue=args.max_queue, max_question_chars=args.max_question_chars)
@@ -119,11 +200,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          max_body_bytes=args.max_body, allowed_hosts=_loopback_hosts(args.host),
                          body_timeout_s=args.body_timeout)
         access = "API key required" if args.server_api_key else "loopback only, no API key"
-        print(f"venus-edge serve: http://{args.host}:{args.port}/ ({access}; {len(engines)} session(s) at once, "
+        port = listening.getsockname()[1]  # the one chosen for --port 0
+        print(f"venus-edge serve: http://{args.host}:{port}/ ({access}; {len(engines)} session(s) at once, "
               f"{args.max_queue} may wait; journal {journal})", file=sys.stderr, flush=True)
         try:
-            uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                        **uvicorn_options(header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive))
+            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **uvicorn_options(
+                header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive)))
+            server.run(sockets=[listening])
         finally:
             service.close()
     return 0
@@ -139,9 +222,12 @@ def _run_mcp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.transport == "http" and not is_loopback(args.host):
         parser.error(f"--host {args.host} can be reached from other machines; venus-edge mcp serves loopback only "
-                     "(127.0.0.1, ::1, localhost): use venus-edge serve --api-key KEY to serve other machines")
+                     "(127.0.0.1, ::1, localhost): use venus-edge serve --server-api-key KEY to serve other "
+                     "machines")
     check_session_arguments(args, parser)
     if args.max_queue < 0:
         parser.error("--max-queue must be at least 0")
+    if args.transport == "http":
+        _listening_socket(args.host, args.port, keep=False)
     return run_mcp(SessionSettings.from_args(args), transport=args.transport, host=args.host, port=args.port,
                    journal_path=args.journal or default_journal_path(), max_queue=args.max_queue)

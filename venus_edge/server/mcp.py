@@ -106,8 +106,9 @@ def create_mcp_server(service: ResearchService, tools: Sequence[Tool] | None = N
     async def research(
         question: Annotated[str, Field(description="the research question")],
         ctx: Context,
-        max_turns: Annotated[int | None, Field(description="model turns at most (default and maximum: the "
-                                                           "server's)", ge=1)] = None,
+        max_turns: Annotated[int | None, Field(description="research turns at most, then one more turn asked for "
+                                                           "the final answer (default and maximum: the server's)",
+                                               ge=1)] = None,
         time_limit_s: Annotated[float | None, Field(description="wall-clock seconds at most (default and maximum: "
                                                                 "the server's)", ge=1)] = None,
     ) -> Annotated[CallToolResult, ResearchOutput]:

@@ -80,7 +80,7 @@ class SessionRequest:
 
     Attributes:
         question: the research question (non-empty; at most the service's ``max_question_chars``).
-        max_turns: model turns at most.
+        max_turns: research turns at most, then one more turn asked for the final answer (``AgentConfig``).
         time_limit_s: wall-clock seconds at most.
         max_tokens: new tokens per turn at most.
     """
