@@ -51,7 +51,7 @@ _MODULE_EXPORTS = {
     "grammar": ("GrammarLimits",),
     "policies": ("POLICIES", "Compaction", "CompactionContext", "ContextPolicy", "ForceAnswer", "KeepLastK",
                  "Summarize", "make_policy"),
-    "provenance": ("MachineInfo", "ModelFile", "RunRecord", "describe_run", "model_file_record"),
+    "provenance": ("MachineInfo", "ModelFile", "RunRecord", "command_flags", "describe_run", "model_file_record"),
     "session_lock": ("SessionLock",),
     "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
     "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
@@ -121,7 +121,7 @@ if _TYPE_CHECKING:
         Summarize,
         make_policy,
     )
-    from venus_edge.provenance import MachineInfo, ModelFile, RunRecord, describe_run, model_file_record
+    from venus_edge.provenance import MachineInfo, ModelFile, RunRecord, command_flags, describe_run, model_file_record
     from venus_edge.result import Result, SessionTotals
     from venus_edge.session_lock import SessionLock
     from venus_edge.toolbox import MergedSearchBackend, close_tools, default_tools

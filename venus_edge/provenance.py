@@ -45,7 +45,7 @@ from venus_edge.memory.header import read_model_header
 from venus_edge.memory.machine import cpu_name, physical_cores, total_ram_bytes
 from venus_edge.memory.plan import format_bytes
 
-__all__ = ["MachineInfo", "ModelFile", "RunRecord", "describe_run", "model_file_record"]
+__all__ = ["MachineInfo", "ModelFile", "RunRecord", "command_flags", "describe_run", "model_file_record"]
 
 #: Hash a file in pieces of this many bytes (memory stays flat whatever the file's size).
 HASH_CHUNK_BYTES = 1 << 20
@@ -188,6 +188,14 @@ class RunRecord:
             lines += ["", "| setting | value |", "|---|---|"]
             lines += [f"| {key} | {_cell(value)} |" for key, value in rows]
         return "\n".join(lines) + "\n"
+
+
+def command_flags(values: Mapping[str, Any], *, leave_out: Iterable[str] = ()) -> dict[str, Any]:
+    """The flags a command was given, from its parsed namespace (``vars(args)``): less the names in ``leave_out``,
+    the subcommand's name, the recorded command line (``argv``) and the parser's own bookkeeping (names starting
+    with ``_``, such as the command's parser)."""
+    dropped = {"command", "argv", *leave_out}
+    return {key: value for key, value in values.items() if key not in dropped and not key.startswith("_")}
 
 
 def describe_run(

@@ -134,9 +134,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _run_record(args: argparse.Namespace, models: list[Path], reference: Path | None) -> RunRecord:
     """What this bench runs: every flag as given, the files measured (and the quality reference) with their hashes."""
-    from venus_edge.provenance import describe_run
+    from venus_edge.provenance import command_flags, describe_run
 
-    flags = {key: value for key, value in vars(args).items() if key not in ("command", "argv")}
+    flags = command_flags(vars(args))
     files = list(dict.fromkeys(path.resolve() for path in [*models, *([reference] if reference else [])]))
     return describe_run("bench", models=files, flags=flags, command_line=getattr(args, "argv", None))
 

@@ -127,13 +127,12 @@ def _run_record(args: argparse.Namespace, settings: SessionSettings, engine: Any
     """What this run runs: the session's settings, eval's own flags, the model files (the evaluated one and a GGUF
     judge) and what the engine resolved at load (n_ctx, threads, KV type)."""
     from venus_edge.flags import add_session_arguments
-    from venus_edge.provenance import describe_run
+    from venus_edge.provenance import command_flags, describe_run
 
     probe = argparse.ArgumentParser(add_help=False)
     add_session_arguments(probe)
     session_flags = {action.dest for action in probe._actions}
-    flags = {key: value for key, value in vars(args).items()
-             if key not in session_flags and key not in ("command", "argv")}
+    flags = command_flags(vars(args), leave_out=session_flags)
     engines = [engine] + ([judge_engine] if judge_engine is not None and judge_engine is not engine else [])
     models = [info["path"] for info in (e.model_info() for e in engines) if info.get("path")]
     record = describe_run("eval", models=models, settings=settings, flags=flags,
