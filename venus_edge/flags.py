@@ -16,7 +16,7 @@ from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.text import valid_text
 
 __all__ = ["add_memory_arguments", "add_session_arguments", "check_key_text", "check_session_arguments",
-           "count_argument", "number_argument", "size_argument"]
+           "count_argument", "number_argument", "size_argument", "tool_sequence_argument"]
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: str = "--api-key") -> None:
@@ -67,6 +67,9 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, engine_key_flag: s
     parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
     parser.add_argument("--min-tool-calls", type=count_argument(0), default=0, metavar="N",
                         help="with --strict, tool calls required before an answer is allowed (default 0)")
+    parser.add_argument("--require-calls", type=tool_sequence_argument, default=(), metavar="TOOL,...",
+                        help="with --strict, the session's first tool calls, in order (e.g. search,visit: a search, "
+                             "then a visit of a URL it found), before an answer is allowed")
     parser.add_argument("--context-policy", choices=("force-answer", "keep-last-k", "summarize"),
                         default="force-answer",
                         help="at the context budget: force the final answer (default, as trained), keep only the "
@@ -94,6 +97,20 @@ def count_argument(minimum: int) -> Callable[[str], int]:
 
     count.__name__ = "count"  # argparse names the type in its messages
     return count
+
+
+#: The tools of a session set up from these flags (``venus_edge.toolbox.default_tools``).
+SESSION_TOOLS = ("search", "visit")
+
+
+def tool_sequence_argument(text: str) -> tuple[str, ...]:
+    """An argparse ``type`` for a comma-separated list of the session's tools (``--require-calls search,visit``)."""
+    names = tuple(name.strip() for name in text.split(","))
+    unknown = [name for name in names if name not in SESSION_TOOLS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(repr, unknown))} is not a tool; the tools are "
+                                         f"{', '.join(SESSION_TOOLS)} (e.g. search,visit)")
+    return names
 
 
 def number_argument(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
