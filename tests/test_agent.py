@@ -325,6 +325,17 @@ def test_strict_url_arguments_name_only_urls_the_tool_responses_showed(tools):
     llama_cpp.LlamaGrammar.from_string(after_search, verbose=False)
 
 
+def test_a_url_the_model_searched_for_is_not_offered_as_a_page(tools):
+    """A query that is a URL comes back in the search results' ``query``: it is the model's own text, not a page the
+    search found, so visit may not name it (seen with SmolLM2: it visited the URL it had searched for)."""
+    made_up = "https://www.example.com/api/search?q=tomllib"
+    turns = [call("search", query=[made_up]), call("visit", url=[TOMLLIB], goal="version"), answer("3.11")]
+    result, _, engine = run(turns, tools, strict=True, required_calls=("search", "visit"))
+    assert made_up in observations(result)[0]
+    visit_rule = next(line for line in engine.grammars[1].splitlines() if line.startswith("args-visit ::="))
+    assert made_up not in visit_rule and TOMLLIB in visit_rule, visit_rule
+
+
 def test_required_calls_must_name_the_agents_tools(tools):
     with pytest.raises(ValueError, match="'browse', not a tool of this agent; its tools are search, visit"):
         run([answer("x")], tools, strict=True, required_calls=("search", "browse"))

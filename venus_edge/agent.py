@@ -25,7 +25,7 @@ Departures from the reference:
    between turns and lets a tool call run to its end.
 6. Strict mode (a grammar per turn, for models too small to keep the protocol; the reference has none) can require
    the first calls (``required_calls``, e.g. search then visit) and lets a ``url`` argument name only URLs that the
-   tool responses showed and that did not fail to read, so a small model reads real pages rather than invented ones.
+   searches found and that did not fail to read, so a small model reads real pages rather than invented ones.
 
 Usage:
 
@@ -85,6 +85,7 @@ from venus_edge.session_lock import SessionLock
 from venus_edge.text import valid_text
 from venus_edge.tools.base import Deadline, PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError, ToolInterrupted
+from venus_edge.tools.search import parse_search_observation
 from venus_edge.trajectory import Journal, Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
@@ -927,12 +928,14 @@ class _Session:
         return last
 
     def _url_choices(self) -> list[str]:
-        """URLs the strict grammar lets a ``url`` argument name: those in the tool responses the model sees now (search
-        results, links in pages), in order of appearance, less those a tool failed to read."""
-        shown = (url.rstrip(".,;:!?") for message in self.messages[2:]
+        """URLs the strict grammar lets a ``url`` argument name: the results of the searches the model sees now, in
+        order, less those a tool failed to read. Not any URL in the text: a query that is a URL comes back in its
+        results' ``query``, and a link in a snippet may lead outside what the tools can read."""
+        found = (str(hit.get("url")) for message in self.messages[2:]
                  if message["role"] == "user" and protocol.is_observation(message["content"])
-                 for url in _URL_RE.findall(message["content"]))
-        return [url for url in dict.fromkeys(shown) if url not in self.unreadable]
+                 for block in parse_search_observation(protocol.observation_text(message["content"])) or ()
+                 for hit in block["web_page_info_list"] if hit.get("url"))
+        return [url for url in dict.fromkeys(found) if url not in self.unreadable]
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

@@ -356,26 +356,21 @@ def _print_result(result: Result, out: TextIO) -> None:
 
 def _searches(messages: Sequence[dict[str, str]]) -> tuple[list[tuple[str, int]], dict[str, str]]:
     """The queries that the conversation's search results answer, each with its number of results, and the titles of
-    the pages they listed, by URL. Search results are the observations in the search tool's JSON shape (PROTOCOL.md,
-    "Tools and observation shapes"); a context policy's stubs and restarts leave out what they dropped."""
+    the pages they listed, by URL (``parse_search_observation``); a context policy's stubs and restarts leave out
+    what they dropped."""
     from venus_edge import protocol
+    from venus_edge.tools.search import parse_search_observation
 
     searches: list[tuple[str, int]] = []
     titles: dict[str, str] = {}
     for message in messages[2:]:
         if message["role"] != "user" or not protocol.is_observation(message["content"]):
             continue
-        try:
-            blocks = json.loads(protocol.observation_text(message["content"]))
-        except ValueError:  # a page, a notice: not search results
-            continue
-        for block in blocks if isinstance(blocks, list) else []:
-            hits = block.get("web_page_info_list") if isinstance(block, dict) else None
-            if not isinstance(hits, list) or "query" not in block:
-                continue
-            searches.append((str(block["query"]), len(hits)))
+        for block in parse_search_observation(protocol.observation_text(message["content"])) or ():
+            hits = block["web_page_info_list"]
+            searches.append((block["query"], len(hits)))
             for hit in hits:
-                if isinstance(hit, dict) and hit.get("url") and hit.get("title"):
+                if hit.get("url") and hit.get("title"):
                     titles.setdefault(str(hit["url"]), str(hit["title"]))
     return searches, titles
 
