@@ -54,7 +54,8 @@ def test_required_search_then_visit_reads_a_page_whatever_is_sampled(smollm2_ggu
     grammar forces it, so this holds at every seed and thread count (two seeds here)."""
     out = tmp_path / "t.jsonl"
     code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
-                 "--corpus", str(docs_corpus), "--strict", "--require-calls", "search,visit", "--max-turns", "3",
+                 "--corpus", str(docs_corpus), "--strict", "--require-calls", "search,visit", "--extractive-visit",
+                 "--max-turns", "3",
                  "--n-ctx", "8192", "--max-tokens", STRICT_TURN_TOKENS, "--out", str(out),
                  *real_model_run.cli_args(seed)])
     stdout, stderr = capsys.readouterr()
