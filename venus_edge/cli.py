@@ -358,7 +358,7 @@ def _searches(messages: Sequence[dict[str, str]]) -> tuple[list[tuple[str, int]]
     """The queries that the conversation's search results answer, each with its number of results, and the titles of
     the pages they listed, by URL (``parse_search_observation``); a context policy's stubs and restarts leave out
     what they dropped."""
-    from venus_edge import protocol
+    import venus_edge.protocol as protocol
     from venus_edge.tools.search import parse_search_observation
 
     searches: list[tuple[str, int]] = []

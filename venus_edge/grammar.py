@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["GrammarLimits", "with_choices"]
+__all__ = ["GrammarLimits"]
 
 
 @dataclass(frozen=True)
