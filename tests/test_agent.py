@@ -13,7 +13,7 @@ import pytest
 from venus_edge import protocol
 from venus_edge import result as result_module
 from venus_edge.agent import Agent, AgentConfig
-from venus_edge.cli import _Progress
+from venus_edge.cli import _print_result, _Progress
 from venus_edge.errors import ContextOverflowError
 from venus_edge.events import ErrorRaised, LimitReached, ToolAttempted, ToolCalled, ToolReturned, TurnRetried
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
@@ -67,6 +67,35 @@ def test_search_visit_answer_with_sources_and_journal(tools, tmp_path):
     assert [t.tool_call["name"] for t in trajectory.turns[:2]] == ["search", "visit"]
     assert not any(isinstance(e, ToolAttempted) for e in events), "the corpus answers first time: no attempts"
     assert [t.tool_attempts for t in trajectory.turns] == [(), (), ()]
+
+
+def test_the_summary_says_what_was_searched_and_read_with_titles(tools, tmp_path):
+    """The CLI's summary is built from the result: every query with its result count, each page read with the
+    title its search listed, the answer, and an unread citation flagged."""
+    result, _, _ = run([
+        call("search", query=["tomllib added", "pickle protocol"]),
+        call("visit", url=[TOMLLIB], goal="version tomllib was added"),
+        answer(f"Python 3.11 ({TOMLLIB}, https://example.com/x)"),
+    ], tools, tmp_path)
+    printed = io.StringIO()
+    _print_result(result, printed)
+    found = json.loads(observations(result)[0].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
+    counts = [len(block["web_page_info_list"]) for block in found]
+    title = next(hit["title"] for hit in found[0]["web_page_info_list"] if hit["url"] == TOMLLIB)
+    assert printed.getvalue() == (
+        f"Answer:\nPython 3.11 ({TOMLLIB}, https://example.com/x)\n\n"
+        f'Searched:\n  "tomllib added" ({counts[0]} results)\n  "pickle protocol" ({counts[1]} results)\n\n'
+        f"Sources (pages read):\n  {TOMLLIB}  ({title})\n"
+        "Cited but never read: https://example.com/x\n\n"
+        f"Trajectory: {tmp_path / 't.jsonl'}\n"
+    )
+
+
+def test_the_summary_of_a_run_that_read_nothing_says_so(tools):
+    result, _, _ = run([answer("no idea")], tools)
+    printed = io.StringIO()
+    _print_result(result, printed)
+    assert printed.getvalue() == "Answer:\nno idea\n\nSearched: nothing\n\nSources: none (no page was read)\n"
 
 
 def test_malformed_turn_is_retried_then_answered_with_the_format_notice(tools):
@@ -246,6 +275,79 @@ def test_strict_mode_sends_grammars_that_forbid_answers_before_min_tool_calls(to
     first, second = engine.grammars
     assert "root ::= reasoning \"</think>\\n\\n\" call" in first
     assert "( call | answer )" in second
+
+
+def _grammar_tools(grammar: str) -> list[str]:
+    """The tool names a turn grammar lets the model call."""
+    call_rule = next(line for line in grammar.splitlines() if line.startswith("call ::="))
+    return [name for name in ("search", "visit") if f'\\"name\\": \\"{name}\\"' in call_rule]
+
+
+def test_required_calls_offer_only_the_due_tool_and_no_answer_until_made(tools):
+    """``required_calls=("search", "visit")``: turn 1 may only search, turn 2 only visit, turn 3 anything."""
+    turns = [call("search", query=["tomllib"]), call("visit", url=[TOMLLIB], goal="version"), answer("3.11")]
+    result, _, engine = run(turns, tools, strict=True, required_calls=("search", "visit"))
+    first, second, third = engine.grammars
+    assert _grammar_tools(first) == ["search"] and "root ::= reasoning \"</think>\\n\\n\" call" in first
+    assert _grammar_tools(second) == ["visit"] and "( call | answer )" not in second
+    assert _grammar_tools(third) == ["search", "visit"] and "( call | answer )" in third
+    assert result.sources == [TOMLLIB]
+
+
+def test_a_required_visit_waits_for_a_search_that_found_a_url(tools):
+    """A search that found nothing shows no URL to visit: the grammar offers search again (still no answer), and the
+    visit is due once a search listed pages."""
+    turns = [call("search", query=["qqqzzzxxy"]), call("search", query=["tomllib"]),
+             call("visit", url=[TOMLLIB], goal="version"), answer("3.11")]
+    result, _, engine = run(turns, tools, strict=True, required_calls=("search", "visit"))
+    assert '"web_page_info_list": []' in observations(result)[0], "the first query must find nothing"
+    assert [_grammar_tools(g) for g in engine.grammars] == [["search"], ["search"], ["visit"], ["search", "visit"]]
+    assert ["( call | answer )" in g for g in engine.grammars] == [False, False, False, True]
+
+
+def test_strict_url_arguments_name_only_urls_the_tool_responses_showed(tools):
+    """Before any tool response the URL is free text; after a search, visit's URL is one of its results, and a URL
+    that failed to read is offered no more."""
+    missing = "corpus://pydocs/library/missing.html"
+    turns = [call("visit", url=[missing], goal="x"), call("search", query=["tomllib"]),
+             call("visit", url=[TOMLLIB], goal="version"), answer("3.11")]
+    result, _, engine = run(turns, tools, strict=True)
+    before, after_failure, after_search, _ = engine.grammars
+    url_rule = next(line for line in before.splitlines() if line.startswith("args-visit ::="))
+    assert "string" in url_rule.split('\\"url\\": ')[1].split('", "')[0], url_rule
+    assert missing not in after_failure, "a URL that failed to read is never offered"
+    visit_rule = next(line for line in after_search.splitlines() if line.startswith("args-visit ::="))
+    assert f'\\"{TOMLLIB}\\"' in visit_rule and missing not in visit_rule, visit_rule
+    search_results = json.loads(observations(result)[1].removeprefix("<tool_response>\n").removesuffix(
+        "\n</tool_response>"))
+    for hit in search_results[0]["web_page_info_list"]:
+        assert f'\\"{hit["url"]}\\"' in visit_rule, hit["url"]
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llama_cpp.LlamaGrammar.from_string(after_search, verbose=False)
+
+
+def test_a_url_the_model_searched_for_is_not_offered_as_a_page(tools):
+    """A query that is a URL comes back in the search results' ``query``: it is the model's own text, not a page the
+    search found, so visit may not name it (seen with SmolLM2: it visited the URL it had searched for)."""
+    made_up = "https://www.example.com/api/search?q=tomllib"
+    turns = [call("search", query=[made_up]), call("visit", url=[TOMLLIB], goal="version"), answer("3.11")]
+    result, _, engine = run(turns, tools, strict=True, required_calls=("search", "visit"))
+    assert made_up in observations(result)[0]
+    visit_rule = next(line for line in engine.grammars[1].splitlines() if line.startswith("args-visit ::="))
+    assert made_up not in visit_rule and TOMLLIB in visit_rule, visit_rule
+
+
+def test_required_calls_must_name_the_agents_tools(tools):
+    with pytest.raises(ValueError, match="'browse', not a tool of this agent; its tools are search, visit"):
+        run([answer("x")], tools, strict=True, required_calls=("search", "browse"))
+
+
+def test_required_calls_survive_the_journal(tools, tmp_path):
+    """The config round-trips through the journal's start record (a resumed session keeps its sequence)."""
+    run([call("search", query=["a"]), call("visit", url=[TOMLLIB], goal="g"), answer("x")], tools, tmp_path,
+        strict=True, required_calls=("search", "visit"))
+    [trajectory] = read_trajectories(tmp_path / "t.jsonl")
+    assert AgentConfig.from_dict(trajectory.header["config"]).required_calls == ("search", "visit")
 
 
 def test_tool_results_events_report_failures(tools):

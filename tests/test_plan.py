@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 import re
 import struct
 from pathlib import Path
@@ -27,6 +29,7 @@ from venus_edge.memory import (
     presets_table,
     read_model_header,
 )
+from venus_edge.memory.machine import busy_cores, check_threads_fit, physical_cores, threads_that_fit
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -309,3 +312,55 @@ def test_session_flags_reach_the_engine(smollm2_gguf, tmp_path):
         assert engine.memory_plan.ram_bytes == 600 * MiB and engine.memory_plan.fits
     with pytest.raises(SetupError, match="--kv-type and --ram"):
         _load_engine(settings([*base, "--ram", "2G"]), 2)
+
+
+@pytest.mark.parametrize("cores, busy, fit", [
+    (2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 4.5, 1),  # the measured busy machine: 1 thread
+    (8, 0.3, 8), (8, 2.0, 6), (8, 7.8, 1), (1, 3.0, 1),
+])
+def test_threads_that_fit_leave_the_busy_cores_to_other_work(cores, busy, fit):
+    assert threads_that_fit(cores, busy) == fit
+
+
+def test_a_busy_machine_gets_one_warning_line_with_the_threads_that_fit():
+    """2 threads with the load of the measured busy machine (4-5 on 2 cores): the line names the fix; a quiet
+    machine, threads that fit, or an unknown load (no /proc/stat) say nothing."""
+    warning = check_threads_fit(2, 2, 4.5)
+    assert warning is not None and "\n" not in warning
+    assert "4.5 of 2 cores" in warning and "--threads 1" in warning, warning
+    assert check_threads_fit(2, 2, 0.2) is None
+    assert check_threads_fit(1, 2, 1.0) is None
+    assert check_threads_fit(2, 2, None) is None
+
+
+def test_busy_cores_is_a_share_of_the_machine():
+    busy = busy_cores(0.05)
+    assert busy is not None and 0.0 <= busy <= (os.cpu_count() or 1), busy
+
+
+def test_an_engine_given_no_threads_warns_on_a_busy_machine(smollm2_gguf, caplog):
+    """Other work on every core (a busy loop per core in child processes): the engine, given no thread count, keeps
+    the physical cores and logs the one line with the fix."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    spinners = [context.Process(target=_spin, args=(stop,)) for _ in range(2 * (os.cpu_count() or 1))]
+    for spinner in spinners:
+        spinner.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="venus_edge.memory.machine"):
+            engine = LlamaCppEngine(smollm2_gguf, n_ctx=256)
+    finally:
+        stop.set()
+        for spinner in spinners:
+            spinner.join()
+    engine.close()
+    assert engine.n_threads == physical_cores()
+    assert any("--threads 1" in record.getMessage() for record in caplog.records), caplog.text
+
+
+def _spin(stop) -> None:
+    """A busy loop until ``stop`` is set: other work on a core."""
+    while not stop.is_set():
+        pass

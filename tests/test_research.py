@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
+
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import main
 from venus_edge.engines.base import SamplingParams
@@ -42,6 +44,31 @@ def test_cli_research_with_a_real_model_and_real_documents(smollm2_gguf, docs_co
             assert results[0]["query"] == turn.tool_call["arguments"]["query"][0]
     assert trajectory.termination in ANSWERED and trajectory.answer
     assert trajectory.header["model"]["file_type"] == "Q4_1"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_required_search_then_visit_reads_a_page_whatever_is_sampled(smollm2_gguf, docs_corpus, tmp_path, capsys,
+                                                                    real_model_run, seed):
+    """The demo's settings (``--strict --require-calls search,visit``): whatever SmolLM2 samples, its first call
+    searches, its second visits a URL that search found, so the session reads a page and its sources show. The
+    grammar forces it, so this holds at every seed and thread count (two seeds here)."""
+    out = tmp_path / "t.jsonl"
+    code = main(["research", "When was the tomllib module added to Python?", "--model", str(smollm2_gguf),
+                 "--corpus", str(docs_corpus), "--strict", "--require-calls", "search,visit", "--extractive-visit",
+                 "--max-turns", "3",
+                 "--n-ctx", "8192", "--max-tokens", STRICT_TURN_TOKENS, "--out", str(out),
+                 *real_model_run.cli_args(seed)])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    [trajectory] = read_trajectories(out)
+    first, second = trajectory.turns[:2]
+    assert first.tool_call is not None and first.tool_call["name"] == "search", first.content
+    assert second.tool_call is not None and second.tool_call["name"] == "visit", second.content
+    found = {hit["url"] for block in json.loads(first.observation.removeprefix("<tool_response>\n").removesuffix(
+        "\n</tool_response>")) for hit in block["web_page_info_list"]}
+    assert set(second.tool_call["arguments"]["url"]) <= found, (second.tool_call, found)
+    assert trajectory.sources and set(trajectory.sources) <= found
+    assert "\nSources (pages read):\n" in stdout and trajectory.sources[0] in stdout
 
 
 def test_tiny_qwen3_session_evaluates_each_prompt_token_once(tiny_qwen3_gguf, docs_corpus, tmp_path, real_model_run):

@@ -21,7 +21,8 @@ def test_every_flag_reaches_the_settings(tmp_path):
     argv = ["research", "q", "--corpus", str(tmp_path), "--engine", "openai", "--base-url", "http://127.0.0.1:9",
             "--api-key", "k", "--max-turns", "7", "--max-tokens", "99", "--time-limit", "12", "--n-ctx", "2048",
             "--ram", "1G", "--no-prompt-cache", "--temperature", "0.5", "--seed", "3", "--strict",
-            "--min-tool-calls", "2", "--context-policy", "keep-last-k", "--keep-last", "1", "--answer-reserve", "64"]
+            "--min-tool-calls", "2", "--require-calls", "search,visit", "--context-policy", "keep-last-k",
+            "--keep-last", "1", "--answer-reserve", "64"]
     settings = SessionSettings.from_args(build_parser().parse_args(argv))
     assert (settings.engine, settings.base_url, settings.api_key) == ("openai", "http://127.0.0.1:9", "k")
     assert (settings.n_ctx, settings.ram_bytes, settings.prompt_cache) == (2048, 1 << 30, False)
@@ -29,7 +30,16 @@ def test_every_flag_reaches_the_settings(tmp_path):
     assert (config.max_turns, config.time_limit_s, config.seed, config.strict, config.min_tool_calls) == (7, 12, 3,
                                                                                                          True, 2)
     assert (config.context_policy, config.keep_last, config.answer_reserve_tokens) == ("keep-last-k", 1, 64)
+    assert config.required_calls == ("search", "visit")
     assert (config.sampling.max_tokens, config.sampling.temperature, config.sampling.logprobs) == (99, 0.5, True)
+
+
+def test_require_calls_names_the_tools(tmp_path, capsys):
+    """A name that is not a tool is a usage error naming the flag and the tools."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["research", "q", "--corpus", str(tmp_path), "--require-calls", "search,browse"])
+    assert exited.value.code == 2
+    assert "--require-calls: 'browse' is not a tool; the tools are search, visit" in capsys.readouterr().err
 
 
 def test_an_openai_engine_needs_its_server():

@@ -28,7 +28,8 @@ from typing import Any, Protocol, runtime_checkable
 from venus_edge.tools.base import Deadline, ToolAttempt, ToolFailure, ToolResult, as_list, takes_deadline
 from venus_edge.tools.corpus import Corpus, Hit
 
-__all__ = ["SEARCH_SCHEMA", "BackendAttempt", "CorpusSearchBackend", "SearchBackend", "SearchTool"]
+__all__ = ["SEARCH_SCHEMA", "BackendAttempt", "CorpusSearchBackend", "SearchBackend", "SearchTool",
+           "parse_search_observation"]
 
 DEFAULT_TOP_K = 10
 
@@ -172,3 +173,22 @@ def _notable_attempts(query: str, tried: Sequence[BackendAttempt]) -> list[ToolA
 def format_search_observation(blocks: list[dict[str, Any]]) -> str:
     """The search observation text (PROTOCOL.md, "Tools and observation shapes")."""
     return json.dumps(blocks, ensure_ascii=False)
+
+
+def parse_search_observation(text: str) -> list[dict[str, Any]] | None:
+    """The blocks of a search observation (the text inside ``<tool_response>``; the inverse of
+    ``format_search_observation``): ``[{"query": str, "web_page_info_list": [{"title", "url", "snippet"}, ...]}]``
+    with every hit a dict. None for any other text (a page, a notice, an error)."""
+    try:
+        blocks = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(blocks, list):
+        return None
+    parsed = []
+    for block in blocks:
+        hits = block.get("web_page_info_list") if isinstance(block, dict) else None
+        if not isinstance(hits, list) or not isinstance(block.get("query"), str):
+            return None
+        parsed.append({"query": block["query"], "web_page_info_list": [hit for hit in hits if isinstance(hit, dict)]})
+    return parsed

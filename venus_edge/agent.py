@@ -23,6 +23,9 @@ Departures from the reference:
 5. The wall-clock limit binds tool calls too: each runs under the session's deadline and cancel event
    (``tools.base.Deadline``) and is abandoned when it overruns them, where the reference checks the time only
    between turns and lets a tool call run to its end.
+6. Strict mode (a grammar per turn, for models too small to keep the protocol; the reference has none) can require
+   the first calls (``required_calls``, e.g. search then visit) and lets a ``url`` argument name only URLs that the
+   searches found and that did not fail to read, so a small model reads real pages rather than invented ones.
 
 Usage:
 
@@ -75,7 +78,7 @@ from venus_edge.events import (
     TurnRetried,
     TurnStarted,
 )
-from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar
+from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar, with_choices
 from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
 from venus_edge.result import (
     ANSWERED,
@@ -94,6 +97,7 @@ from venus_edge.session_lock import SessionLock
 from venus_edge.text import valid_text
 from venus_edge.tools.base import Deadline, PreparedCall, Tool, ToolRegistry, ToolResult
 from venus_edge.tools.errors import ToolArgumentError, ToolInterrupted
+from venus_edge.tools.search import parse_search_observation
 from venus_edge.trajectory import Journal, Trajectory, TrajectoryWriter, read_journal, rebuild_messages
 from venus_edge.turn import Turn
 
@@ -129,6 +133,9 @@ class AgentConfig:
         strict: constrain each turn with a grammar built from the tool schemas (``grammar.turn_grammar``).
         min_tool_calls: in strict mode, the grammar allows no answer before this many tool calls were made, so
             that even a small model researches before it answers (ignored without ``strict``).
+        required_calls: in strict mode, the tools of the session's first calls, in order (e.g. ``("search",
+            "visit")``): the grammar offers only the next one of them, and no answer, until they were made; then
+            any tool (ignored without ``strict``; each name must be a tool of the agent).
         grammar_limits: length bounds used in strict mode.
         seed: base sampling seed; attempt ``k`` of the session samples with ``seed + k``.
         today: the date written into the system prompt (default: today).
@@ -147,6 +154,7 @@ class AgentConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     strict: bool = False
     min_tool_calls: int = 0
+    required_calls: tuple[str, ...] = ()
     grammar_limits: GrammarLimits = field(default_factory=GrammarLimits)
     seed: int = 0
     today: Date | None = None
@@ -195,6 +203,8 @@ class AgentConfig:
                 values["grammar_limits"] = GrammarLimits(**_checked(GrammarLimits, values["grammar_limits"]))
             if isinstance(values.get("today"), str):
                 values["today"] = Date.fromisoformat(values["today"])
+            if isinstance(values.get("required_calls"), list):  # JSON has no tuples
+                values["required_calls"] = tuple(values["required_calls"])
             return cls(**_checked(cls, values))
         except TypeError as exc:
             raise ValueError(f"config {dict(data)!r}: {exc}") from exc
@@ -265,6 +275,10 @@ class Agent:
         self.config = config or AgentConfig()
         self.trajectory_path = Path(trajectory_path) if trajectory_path else None
         self.context_policy = context_policy
+        unknown = [name for name in self.config.required_calls if name not in self.registry.names]
+        if unknown:
+            raise ValueError(f"required_calls names {', '.join(map(repr, unknown))}, not a tool of this agent; its "
+                             f"tools are {', '.join(self.registry.names)}")
         self._check_context(self.config)
 
     def _check_context(self, config: AgentConfig) -> None:
@@ -305,15 +319,38 @@ class Agent:
             return copy.deepcopy(self.context_policy)
         return (config or self.config).make_policy()
 
-    def grammar(self, tool_calls_made: int, *, forcing: bool = False, config: AgentConfig | None = None) -> str | None:
-        """The strict-mode grammar for the next turn (None in free mode): a forced final turn may only answer, and
-        no answer is allowed before ``min_tool_calls`` calls. ``config`` defaults to the agent's (a resumed session
-        passes the one it was recorded with)."""
+    def grammar(self, calls: Sequence[str], *, forcing: bool = False, config: AgentConfig | None = None,
+                url_choices: Sequence[str] = ()) -> str | None:
+        """The strict-mode grammar for the next turn (None in free mode), after tool calls of the tools ``calls``.
+
+        A forced final turn may only answer. No answer is allowed before ``min_tool_calls`` calls, nor before the
+        ``required_calls`` were made in order (other calls between them are fine); while one of those is due, only
+        its tool may be called, but a tool with a ``url`` argument is not due before a tool response showed a URL
+        (``url_choices`` is empty): the tool before it is offered again (another search, after one that found
+        nothing). A ``url`` argument may only be one of ``url_choices``, when there are any. ``config`` defaults to
+        the agent's (a resumed session passes the one it was recorded with).
+        """
         config = config or self.config
         if not config.strict:
             return None
-        actions: TurnActions = "answer" if forcing else "either" if tool_calls_made >= config.min_tool_calls else "call"
-        return turn_grammar(self.registry.schemas, config.grammar_limits, actions=actions)
+        required, made = config.required_calls, 0
+        for name in calls:
+            if made < len(required) and name == required[made]:
+                made += 1
+        due = required[made] if made < len(required) else None
+        if due is not None and made and not url_choices and "url" in self._arguments(due):
+            due = required[made - 1]
+        may_answer = made == len(required) and len(calls) >= config.min_tool_calls
+        actions: TurnActions = "answer" if forcing else "either" if may_answer else "call"
+        schemas = [with_choices(schema, "url", url_choices) for schema in self.registry.schemas
+                   if due is None or schema["function"]["name"] == due]
+        return turn_grammar(schemas, config.grammar_limits, actions=actions)
+
+    def _arguments(self, tool: str) -> Mapping[str, Any]:
+        """The argument properties of a tool's schema."""
+        schema = next(s for s in self.registry.schemas if s["function"]["name"] == tool)
+        properties: Mapping[str, Any] = schema["function"].get("parameters", {}).get("properties", {})
+        return properties
 
     def run(self, question: str, *, cancel: threading.Event | None = None) -> Result:
         """Research ``question`` to a termination and return the result: the last event's (events are consumed
@@ -509,6 +546,8 @@ class _Session:
         self.call_keys: set[str] = set()
         self.tool_calls: dict[int, dict[str, Any]] = {}  # assistant message index -> its (coerced) tool call
         self.visited: dict[str, None] = {}
+        self.unreadable: set[str] = set()  # URLs a tool failed to read: never offered by the strict grammar
+        self.calls: list[str] = []  # the tool of each call made, in order (the strict grammar's required calls)
         self.turns = 0
         self.samples = 0
         self.longest_turn = 0
@@ -555,6 +594,9 @@ class _Session:
         for turn in turns:
             for url in turn.visited_urls:
                 self.visited.setdefault(url, None)
+            self.unreadable.update(failure.get("target", "") for failure in turn.tool_failures)
+            if turn.tool_call:
+                self.calls.append(turn.tool_call["name"])
             if turn.tool_call and turn.index > since:
                 self.call_keys.add(self._call_key(turn.tool_call))
         sampled = {t.content: t.token_ids for t in turns}
@@ -857,7 +899,8 @@ class _Session:
             completion = yield from _text_deltas(step, stream_generation(
                 self.engine, prompt_ids, cancel=self.cancel, sampling=sampling, stop=protocol.STOP_STRINGS,
                 stop_text_if=protocol.action_complete,
-                grammar=self.agent.grammar(self.totals.tool_calls, forcing=forcing, config=self.config),
+                grammar=self.agent.grammar(self.calls, forcing=forcing, config=self.config,
+                                           url_choices=self._url_choices() if self.config.strict else ()),
                 seed=self.config.seed + self.samples,
             ))
             self.samples += 1
@@ -893,6 +936,16 @@ class _Session:
             return last
         return last
 
+    def _url_choices(self) -> list[str]:
+        """URLs the strict grammar lets a ``url`` argument name: the results of the searches the model sees now, in
+        order, less those a tool failed to read. Not any URL in the text: a query that is a URL comes back in its
+        results' ``query``, and a link in a snippet may lead outside what the tools can read."""
+        found = (str(hit.get("url")) for message in self.messages[2:]
+                 if message["role"] == "user" and protocol.is_observation(message["content"])
+                 for block in parse_search_observation(protocol.observation_text(message["content"])) or ()
+                 for hit in block["web_page_info_list"] if hit.get("url"))
+        return [url for url in dict.fromkeys(found) if url not in self.unreadable]
+
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise _Cancelled
@@ -909,6 +962,7 @@ class _Session:
     def _call_tool(self, step: int, call: PreparedCall) -> Generator[Event, None, tuple[ToolResult, float]]:
         """Run ``call``; its result and the seconds it took (rounded to milliseconds, as ``ToolReturned`` says)."""
         self.call_keys.add(call.key)
+        self.calls.append(call.name)
         self.totals.tool_calls += 1
         yield ToolCalled(step, call.name, call.arguments, list(call.dropped), list(call.changes))
         started = time.monotonic()
@@ -926,6 +980,7 @@ class _Session:
         self.totals.tool_s += elapsed
         for url in result.visited_urls:
             self.visited.setdefault(url, None)
+        self.unreadable.update(failure.target for failure in result.failures)
         for a in result.attempts:
             yield ToolAttempted(step, call.name, a.backend, a.target, a.outcome, a.detail, a.waited_s)
         yield ToolReturned(step, call.name, len(result.text), list(result.visited_urls),

@@ -370,18 +370,44 @@ class _Progress:
 
 
 def _print_result(result: Result, out: TextIO) -> None:
+    """What a person reads after a run: the answer, what was searched, the pages read (the answer's sources, with
+    their titles where a search listed them), citations of pages never read, and the journal."""
     if result.answer is not None:
         print(f"Answer:\n{result.answer}", file=out)
     else:
         print(f"No answer ({result.termination}).", file=out)
-    print("\nSources:" if result.sources else "\nSources: none visited", file=out)
+    searches, titles = _searches(result.messages)
+    print("\nSearched:" if searches else "\nSearched: nothing", file=out)
+    for query, found in searches:
+        print(f"  {json.dumps(query, ensure_ascii=False)} ({found} result{'' if found == 1 else 's'})", file=out)
+    print("\nSources (pages read):" if result.sources else "\nSources: none (no page was read)", file=out)
     for url in result.sources:
-        print(f"  {url}", file=out)
+        print(f"  {url}" + (f"  ({titles[url]})" if titles.get(url) else ""), file=out)
     if result.unvisited_citations:
-        print("Cited but never visited: " + ", ".join(result.unvisited_citations), file=out)
+        print("Cited but never read: " + ", ".join(result.unvisited_citations), file=out)
     if result.trajectory_path:
         print(f"\nTrajectory: {shown_path(result.trajectory_path)}", file=out)
 
+
+def _searches(messages: Sequence[dict[str, str]]) -> tuple[list[tuple[str, int]], dict[str, str]]:
+    """The queries that the conversation's search results answer, each with its number of results, and the titles of
+    the pages they listed, by URL (``parse_search_observation``); a context policy's stubs and restarts leave out
+    what they dropped."""
+    import venus_edge.protocol as protocol
+    from venus_edge.tools.search import parse_search_observation
+
+    searches: list[tuple[str, int]] = []
+    titles: dict[str, str] = {}
+    for message in messages[2:]:
+        if message["role"] != "user" or not protocol.is_observation(message["content"]):
+            continue
+        for block in parse_search_observation(protocol.observation_text(message["content"])) or ():
+            hits = block["web_page_info_list"]
+            searches.append((block["query"], len(hits)))
+            for hit in hits:
+                if hit.get("url") and hit.get("title"):
+                    titles.setdefault(str(hit["url"]), str(hit["title"]))
+    return searches, titles
 
 if __name__ == "__main__":
     sys.exit(main())

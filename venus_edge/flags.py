@@ -20,7 +20,8 @@ from venus_edge.text import valid_text
 
 __all__ = ["DEPRECATED_UNTIL", "SETTING_FLAGS", "add_deprecated_alias", "add_memory_arguments",
            "add_session_arguments", "check_key_text", "check_session_arguments", "count_argument",
-           "number_argument", "size_argument", "threads_argument"]
+           "number_argument", "size_argument", "threads_argument",
+           "tool_sequence_argument"]
 
 #: Each setting an error's advice may name (``VenusEdgeError.message_for``), by its Python name, and the flag that
 #: sets it: the CLI prints the flag, so the fix it names is one the user can type.
@@ -112,6 +113,9 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
     parser.add_argument("--strict", action="store_true", help="constrain every turn with a grammar of the protocol")
     parser.add_argument("--min-tool-calls", type=count_argument(0), default=0, metavar="N",
                         help="with --strict, tool calls required before an answer is allowed (default 0)")
+    parser.add_argument("--require-calls", type=tool_sequence_argument, default=(), metavar="TOOL,...",
+                        help="with --strict, the session's first tool calls, in order (e.g. search,visit: a search, "
+                             "then a visit of a URL it found), before an answer is allowed")
     parser.add_argument("--context-policy", choices=("force-answer", "keep-last-k", "summarize"),
                         default="force-answer",
                         help="at the context budget: force the final answer (default, as trained), keep only the "
@@ -149,6 +153,20 @@ def threads_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_THREADS} (llama.cpp's limit), got {value}; this "
                                          f"machine has {physical_cores()} physical cores, the default")
     return value
+
+
+#: The tools of a session set up from these flags (``venus_edge.toolbox.default_tools``).
+SESSION_TOOLS = ("search", "visit")
+
+
+def tool_sequence_argument(text: str) -> tuple[str, ...]:
+    """An argparse ``type`` for a comma-separated list of the session's tools (``--require-calls search,visit``)."""
+    names = tuple(name.strip() for name in text.split(","))
+    unknown = [name for name in names if name not in SESSION_TOOLS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(repr, unknown))} is not a tool; the tools are "
+                                         f"{', '.join(SESSION_TOOLS)} (e.g. search,visit)")
+    return names
 
 
 def number_argument(minimum: float, *, inclusive: bool) -> Callable[[str], float]:

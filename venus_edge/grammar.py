@@ -6,8 +6,10 @@ llama.cpp's (``grammars/README.md``). Measured facts behind the bounds: TEST_MOD
 
 from __future__ import annotations
 
+import copy
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,7 +45,8 @@ def turn_grammar(
     exactly one ``<tool_call>`` whose JSON names a tool of the session with its arguments in schema order, or one
     ``<answer>`` that starts with a visible character (the parser's ``empty_answer`` can never be sampled); ``actions``
     narrows the choice to one of the two.
-    Supported argument types: string, integer, number, boolean, and arrays of those.
+    Supported argument types: string, integer, number, boolean, and arrays of those; a string (or an array's string
+    items) with an ``enum`` may only be one of its values (``with_choices``).
 
     Raises:
         ValueError: a schema property of a type the grammar cannot express.
@@ -56,7 +59,9 @@ def turn_grammar(
         "reasoning": f'[^< \\t\\r\\n] ( [^<]{{0,{limits.reasoning_chars - 2}}} [^< \\t\\r\\n] )? "\\n"',
         # Starts with a visible character: a blank answer is what the parser calls ``empty_answer``.
         "answer": f'"<answer>\\n" [^< \\t\\r\\n] [^<]{{0,{limits.answer_chars - 1}}} "\\n</answer>"',
-        "string": f'"\\"" ( [^"\\\\\\x00-\\x1f] | "\\\\" ["\\\\/bfnrt] ){{1,{limits.string_chars}}} "\\""',
+        # Starts with a letter, a digit or a non-ASCII character: a query of punctuation alone finds nothing.
+        "string": f'"\\"" [^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f] '
+                  f'( [^"\\\\\\x00-\\x1f] | "\\\\" ["\\\\/bfnrt] ){{0,{limits.string_chars - 1}}} "\\""',
         "integer": '"-"? [0-9]{1,12}',
         "number": '"-"? [0-9]{1,12} ( "." [0-9]{1,6} )?',
         "boolean": '"true" | "false"',
@@ -88,10 +93,35 @@ def _arguments_rule(parameters: Mapping[str, Any], limits: GrammarLimits) -> str
 def _value_rule(key: str, spec: Mapping[str, Any], limits: GrammarLimits) -> str:
     kind = spec.get("type")
     if kind == "array":
-        item = spec.get("items", {}).get("type", "string")
+        items = spec.get("items", {})
+        item = items.get("type", "string")
         if item not in ("string", "integer", "number", "boolean"):
             raise ValueError(f"strict mode cannot express arrays of {item!r} (argument {key!r})")
+        if items.get("enum"):
+            item = _enum_rule(items["enum"])
         return f'"[" {item} ( ", " {item} ){{0,{limits.list_items - 1}}} "]"'
+    if kind == "string" and spec.get("enum"):
+        return _enum_rule(spec["enum"])
     if kind in ("string", "integer", "number", "boolean"):
         return str(kind)
     raise ValueError(f"strict mode cannot express argument {key!r} of type {kind!r}")
+
+
+def _enum_rule(values: Sequence[Any]) -> str:
+    """One of ``values`` as its JSON text, each a GBNF literal (``"`` and ``\\`` escaped)."""
+    literals = (json.dumps(value, ensure_ascii=False) for value in values)
+    return "( " + " | ".join('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"' for text in literals) + " )"
+
+
+def with_choices(schema: Mapping[str, Any], argument: str, choices: Sequence[str]) -> dict[str, Any]:
+    """A copy of a tool schema whose string ``argument`` (or its array's string items) may only take ``choices``
+    (a JSON-schema ``enum``, which ``turn_grammar`` expresses); the schema itself unchanged when the tool has no
+    such argument or ``choices`` is empty. For the grammar only: the system prompt keeps the tool's own schema."""
+    narrowed = copy.deepcopy(dict(schema))
+    spec = narrowed.get("function", {}).get("parameters", {}).get("properties", {}).get(argument)
+    if not choices or not isinstance(spec, dict):
+        return narrowed
+    target = spec.get("items") if spec.get("type") == "array" else spec
+    if isinstance(target, dict) and target.get("type", "string") == "string":
+        target["enum"] = list(choices)
+    return narrowed

@@ -77,6 +77,7 @@ class SessionSettings:
         seed: sampling seed.
         strict: constrain every turn with a grammar of the protocol.
         min_tool_calls: with ``strict``, tool calls required before an answer is allowed.
+        required_calls: with ``strict``, the tools of the first calls, in order, before an answer is allowed.
         context_policy: at the context budget: ``force-answer``, ``keep-last-k`` or ``summarize``.
         keep_last: tool results kept whole by ``keep-last-k``.
         answer_reserve_tokens: tokens of n_ctx always kept free for the final answer, at least.
@@ -105,6 +106,7 @@ class SessionSettings:
     seed: int = 0
     strict: bool = False
     min_tool_calls: int = 0
+    required_calls: tuple[str, ...] = ()
     context_policy: str = "force-answer"
     keep_last: int = 3
     answer_reserve_tokens: int = 1_024
@@ -123,7 +125,8 @@ class SessionSettings:
             extractive_visit=args.extractive_visit, max_turns=args.max_turns, max_tokens=args.max_tokens,
             time_limit_s=args.time_limit, n_ctx=args.n_ctx, threads=args.threads, kv_type=args.kv_type,
             ram_bytes=args.ram, prompt_cache=not args.no_prompt_cache, temperature=args.temperature, seed=args.seed,
-            strict=args.strict, min_tool_calls=args.min_tool_calls, context_policy=args.context_policy,
+            strict=args.strict, min_tool_calls=args.min_tool_calls, required_calls=tuple(args.require_calls),
+            context_policy=args.context_policy,
             keep_last=args.keep_last, answer_reserve_tokens=args.answer_reserve,
         )
 
@@ -134,7 +137,8 @@ class SessionSettings:
 
         return AgentConfig(
             max_turns=self.max_turns, time_limit_s=self.time_limit_s, strict=self.strict, seed=self.seed,
-            min_tool_calls=self.min_tool_calls, context_policy=self.context_policy, keep_last=self.keep_last,
+            min_tool_calls=self.min_tool_calls, required_calls=self.required_calls,
+            context_policy=self.context_policy, keep_last=self.keep_last,
             answer_reserve_tokens=self.answer_reserve_tokens,
             sampling=SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens, logprobs=logprobs),
         )

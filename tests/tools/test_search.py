@@ -6,7 +6,7 @@ import json
 
 from venus_edge.tools import Tool, ToolRegistry, VisitTool, validate_arguments
 from venus_edge.tools.corpus import Corpus, Hit
-from venus_edge.tools.search import CorpusSearchBackend, SearchBackend, SearchTool
+from venus_edge.tools.search import CorpusSearchBackend, SearchBackend, SearchTool, parse_search_observation
 
 # The schema string as DR-Venus's training data writes it (SFT/data_clean/prepare_trajectories.py).
 SEARCH_SCHEMA_TEXT = (
@@ -114,3 +114,16 @@ def test_corpus_results_carry_the_date_a_page_declares(tmp_path) -> None:
         assert head == f"Date published: {date}" and "frobnicator release" in snippet, snippets[title]
     for undated in ("undated.html", "bad-date.html"):
         assert "Date published" not in snippets[undated] and "frobnicator release" in snippets[undated]
+
+
+def test_an_observation_parses_back_into_its_blocks() -> None:
+    """``parse_search_observation`` inverts the tool's observation, and says None for anything else."""
+    hits = [Hit("tomllib — Parse TOML files", "corpus://docs/tomllib.html", "New in version 3.11.")]
+    result = SearchTool(FixedBackend(hits))({"query": ["tomllib", "toml"]})
+    assert parse_search_observation(result.text) == [
+        {"query": "tomllib", "web_page_info_list": [hit.to_dict() for hit in hits]},
+        {"query": "toml", "web_page_info_list": [hit.to_dict() for hit in hits]},
+    ]
+    for other in ("The useful information in corpus://docs/x.html ...", "[1, 2]", '{"query": "q"}', "[]x",
+                  '[{"query": 3, "web_page_info_list": []}]'):
+        assert parse_search_observation(other) is None, other

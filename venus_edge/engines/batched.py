@@ -57,7 +57,7 @@ from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
 from venus_edge.memory.header import check_gguf_file, read_model_header
-from venus_edge.memory.machine import check_threads, physical_cores
+from venus_edge.memory.machine import check_threads, default_threads
 from venus_edge.memory.plan import estimate_memory, refuse_beyond_machine
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
@@ -123,7 +123,7 @@ class BatchedLlamaCppEngine:
         self.model_path = Path(model_path)
         check_gguf_file(self.model_path)
         self.n_seq = n_seq
-        self.n_threads = n_threads or physical_cores()
+        self.n_threads = n_threads or default_threads()
         check_threads(self.n_threads)
         self.n_batch = min(n_batch, n_ctx)
         header = read_model_header(self.model_path)  # its values bounded before llama.cpp sees them

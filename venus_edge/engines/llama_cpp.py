@@ -47,7 +47,7 @@ from venus_edge.engines.prompt_cache import PromptCache
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
 from venus_edge.memory.header import FILE_TYPES, check_gguf_file, read_model_header
-from venus_edge.memory.machine import check_threads, physical_cores
+from venus_edge.memory.machine import check_threads, default_threads
 from venus_edge.memory.plan import KVType, MemoryPlan, engine_plan
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
@@ -124,7 +124,7 @@ class LlamaCppEngine:
     ) -> None:
         self.model_path = Path(model_path)
         check_gguf_file(self.model_path)
-        threads = n_threads or physical_cores()
+        threads = n_threads or default_threads()
         check_threads(threads)
         if kv_cache_f32 and kv_type not in (None, "f32"):
             raise ValueError(f"kv_cache_f32=True asks for an f32 KV cache, kv_type={kv_type!r} for another; pass one")

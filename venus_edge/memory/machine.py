@@ -6,13 +6,17 @@ found; and what describes it in a report: the CPU's name, its total RAM, the loa
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import platform
 import re
+import time
 from pathlib import Path
 
-__all__ = ["MAX_THREADS", "available_ram_bytes", "check_threads", "cpu_name", "llama_cpu_features", "load_average",
-           "physical_cores", "total_ram_bytes"]
+__all__ = ["MAX_THREADS", "available_ram_bytes", "busy_cores", "check_threads", "check_threads_fit", "cpu_name",
+           "default_threads", "llama_cpu_features", "load_average", "physical_cores", "threads_that_fit",
+           "total_ram_bytes"]
+logger = logging.getLogger(__name__)
 
 #: The most threads llama.cpp uses (``GGML_MAX_N_THREADS`` in ggml/include/ggml.h); far more crashed it (100,000
 #: threads: a segmentation fault in llama-cpp-python 0.3.36).
@@ -114,3 +118,57 @@ def load_average() -> float | None:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
         return None
+
+
+def busy_cores(sample_s: float = 0.2) -> float | None:
+    """Cores' worth of CPU time that running work used over the last ``sample_s`` seconds (this process idles
+    meanwhile), from two reads of ``/proc/stat``: what holds the cores now, where the load average would still count
+    a run that ended a minute ago. None where ``/proc/stat`` cannot be read (not Linux)."""
+
+    def times() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            values = [int(v) for v in stat.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        return sum(values[:8]), idle
+
+    try:
+        total_before, idle_before = times()
+        time.sleep(sample_s)
+        total_after, idle_after = times()
+    except (OSError, ValueError, IndexError):
+        return None
+    elapsed = total_after - total_before
+    if elapsed <= 0:
+        return None
+    return (os.cpu_count() or 1) * (1 - (idle_after - idle_before) / elapsed)
+
+
+def threads_that_fit(cores: int, busy: float) -> int:
+    """Decode threads that do not share a core with other work: the idle cores of ``cores`` while ``busy`` cores'
+    worth are in use, rounded, at least 1. llama.cpp's threads wait for each other at every step, so a thread
+    that shares a core holds all the others: with the load at 4-5 on 2 cores, 2 threads decoded ~2 tok/s where 1
+    thread decoded 15-31 (TEST_MODELS.md, "Machines differ")."""
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
+def check_threads_fit(threads: int, cores: int, busy: float | None) -> str | None:
+    """The one-line warning for ``threads`` decode threads on ``cores`` cores of which ``busy`` are in use by other
+    work (``busy_cores``), naming the fix; None when they fit or the load is unknown."""
+    if busy is None:
+        return None
+    fit = threads_that_fit(cores, busy)
+    if fit >= threads:
+        return None
+    return (f"the CPU is busy ({busy:.1f} of {cores} cores in use by other work): {threads} llama.cpp threads would "
+            f"wait for each other and decode slowly; use --threads {fit} (n_threads={fit})")
+
+
+def default_threads() -> int:
+    """The decode threads of an engine given none: the physical cores. When other work holds some of them now
+    (``busy_cores``), one warning says so with the thread count that fits (``check_threads_fit``); the count is not
+    lowered behind the caller's back, as another thread count samples other text for the same seed."""
+    cores = physical_cores()
+    warning = check_threads_fit(cores, cores, busy_cores())
+    if warning:
+        logger.warning(warning)
+    return cores
