@@ -204,6 +204,20 @@ def test_turn_limit_without_answer(tools):
     assert result.termination == "max_steps" and result.answer is None
 
 
+def test_the_summary_tells_a_forced_answer_and_a_non_answer_from_an_answer(tools):
+    """The CLI's first line uses the termination table's words (as the page does): a forced answer is not a plain
+    "Answer:", a non-answer says which limit ended it."""
+    forced, _, _ = run([call("search", query=["a"]), answer("forced")], tools, max_turns=1)
+    none, _, _ = run([call("search", query=["a"]), call("search", query=["b"])], tools, max_turns=1, max_retries=1)
+    printed = {}
+    for name, result in (("forced", forced), ("none", none)):
+        out = io.StringIO()
+        _print_result(result, out)
+        printed[name] = out.getvalue()
+    assert printed["forced"].startswith("Answer (answer forced at the turn limit):\nforced\n")
+    assert printed["none"].startswith("No answer: turn limit (termination 'max_steps').\n")
+
+
 def test_context_budget_forces_the_final_answer(tools):
     result, _, _ = run([call("search", query=["tomllib"]), answer("short")], tools, max_prompt_tokens=2_300)
     assert result.termination == "answered_token_limit"

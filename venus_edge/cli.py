@@ -50,6 +50,7 @@ from venus_edge.flags import (
     check_session_arguments,
     count_argument,
 )
+from venus_edge.result import NO_SOURCES, termination_of
 from venus_edge.session import SessionSettings, open_session
 from venus_edge.text import shown_path, valid_text
 
@@ -372,15 +373,18 @@ class _Progress:
 def _print_result(result: Result, out: TextIO) -> None:
     """What a person reads after a run: the answer, what was searched, the pages read (the answer's sources, with
     their titles where a search listed them), citations of pages never read, and the journal."""
-    if result.answer is not None:
-        print(f"Answer:\n{result.answer}", file=out)
+    ending = termination_of(result.termination)  # the page's words for it too
+    if result.answer is None:
+        print(f"{ending.label} (termination '{ending.name}').", file=out)
+    elif ending.outcome == "forced_answer":
+        print(f"Answer ({ending.label[0].lower()}{ending.label[1:]}):\n{result.answer}", file=out)
     else:
-        print(f"No answer ({result.termination}).", file=out)
+        print(f"Answer:\n{result.answer}", file=out)
     searches, titles = _searches(result.messages)
     print("\nSearched:" if searches else "\nSearched: nothing", file=out)
     for query, found in searches:
         print(f"  {json.dumps(query, ensure_ascii=False)} ({found} result{'' if found == 1 else 's'})", file=out)
-    print("\nSources (pages read):" if result.sources else "\nSources: none (no page was read)", file=out)
+    print("\nSources (pages read):" if result.sources else f"\nSources: {NO_SOURCES}", file=out)
     for url in result.sources:
         print(f"  {url}" + (f"  ({titles[url]})" if titles.get(url) else ""), file=out)
     if result.unvisited_citations:

@@ -28,8 +28,9 @@ ERROR = "error"
 #: Not a reason a session gives: a journaled session without an end record (a killed run; resumable).
 INCOMPLETE = "incomplete"
 
-#: What is said of the sources of a session whose tools read nothing: ``Sources: none visited``.
-NO_SOURCES = "none visited"
+#: What the CLI and the page say of the sources of a session whose tools read no page: ``Sources: none (no page was
+#: read)``.
+NO_SOURCES = "none (no page was read)"
 
 Outcome = Literal["answer", "forced_answer", "no_answer"]
 
