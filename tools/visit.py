@@ -18,7 +18,10 @@ completer (the local model; one call per URL, up to two more when its answer doe
 the output is extractive: evidence = the passages that match the goal, summary = their first sentences.
 The completer runs one URL after another, in the order given: there is one local model.
 
-A call reads at most ``max_urls_per_call`` URLs (the rest get the fixed "could not be accessed" text and a
+A URL named more than once in a call is read and summarized once and counted once (``ToolResult.visited_urls``);
+its block is repeated where the model named it again, as the reference's observation would have it.
+
+A call reads at most ``max_urls_per_call`` distinct URLs (the rest get the fixed "could not be accessed" text and a
 ``too_many_urls`` failure) and ends by ``max_call_s`` (the reference's 900 s per call, ``tool_visit.py``) or the
 session's ``Deadline``, whichever comes first: reads not started by then are not started, reads still running are
 left behind, and the completer is not asked again (extractive output); each such URL gets a ``timeout`` (or
@@ -224,21 +227,24 @@ class VisitTool:
         goal = str(arguments.get("goal", ""))
         urls = [str(u) for u in as_list(arguments.get("url", []))]
         until = (deadline or Deadline()).capped(self.max_call_s)
-        read = urls[: self.max_urls_per_call]
+        distinct = list(dict.fromkeys(urls))  # a URL named twice is read (and summarized) once
+        read = distinct[: self.max_urls_per_call]
         over = f"visit reads at most {self.max_urls_per_call} URLs per call; this one was not read"
         skipped: list[tuple[_PageText | None, ToolFailure | None]] = [
-            (None, ToolFailure("too_many_urls", url, over)) for url in urls[len(read):]]
-        sections, visited, failures = [], [], []
-        for url, (page, failure) in zip(urls, self._read_all(read, until) + skipped):
+            (None, ToolFailure("too_many_urls", url, over)) for url in distinct[len(read):]]
+        section_of, visited, failures = {}, [], []
+        for url, (page, failure) in zip(distinct, self._read_all(read, until) + skipped):
             if page is None:
-                sections.append(format_visit_section(url, goal, UNREADABLE_EVIDENCE, UNREADABLE_SUMMARY))
+                section_of[url] = format_visit_section(url, goal, UNREADABLE_EVIDENCE, UNREADABLE_SUMMARY)
                 failures.append(failure)
                 continue
             visited.append(url)
             evidence, summary, failure = self._summarize(page, goal, until)
-            sections.append(format_visit_section(url, goal, evidence, summary))
+            section_of[url] = format_visit_section(url, goal, evidence, summary)
             if failure is not None:
                 failures.append(failure)
+        # One block per URL as named, repeats included: the observation stays the reference's.
+        sections = [section_of[url] for url in urls]
         return ToolResult(URL_SEPARATOR.join(sections).strip(), tuple(visited), tuple(f for f in failures if f))
 
     def failure_result(self, arguments: dict[str, Any], failure: ToolFailure) -> ToolResult:

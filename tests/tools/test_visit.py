@@ -63,16 +63,18 @@ def test_observation_with_completer_is_exact(subset_corpus: Corpus, scripted_com
 
 
 def test_several_urls_joined_and_stripped_exactly(subset_corpus: Corpus, scripted_completer: type) -> None:
-    """Blocks joined by "\\n=======\\n", trailing whitespace stripped once; the completer is called once per page."""
+    """Blocks joined by "\\n=======\\n", trailing whitespace stripped once, one block per URL as named (repeats
+    included, as the reference's observation); a page named twice is read, summarized and counted once."""
     completer = scripted_completer([CANNED])
     missing = "corpus://pydocs/library/missing.html"
-    urls = [PICKLE, missing, PICKLE]
+    urls = [PICKLE, missing, PICKLE, missing, PICKLE]
     result = VisitTool(corpora=[subset_corpus], completer=completer)({"url": urls, "goal": GOAL})
     good = format_visit_section(PICKLE, GOAL, "Currently the default protocol is 4.", "Protocol 4 is the default.")
-    assert result.text == "\n=======\n".join([good, unreadable(missing, GOAL), good]).strip()
-    assert result.visited_urls == (PICKLE, PICKLE)
+    bad = unreadable(missing, GOAL)
+    assert result.text == "\n=======\n".join([good, bad, good, bad, good]).strip()
+    assert result.visited_urls == (PICKLE,)
     assert [(f.kind, f.target) for f in result.failures] == [("not_found", missing)]
-    assert len(completer.calls) == 2
+    assert len(completer.calls) == 1
 
 
 def test_extractive_output_without_completer(subset_corpus: Corpus) -> None:
