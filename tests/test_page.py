@@ -264,6 +264,7 @@ def test_each_ending_has_its_own_words_and_the_reopened_view_shows_the_same(
     live_meta = page.locator("#result-meta").text_content() or ""
     assert re.search(r"\d+ turns · \d+\.\d s · ", live_meta), live_meta
     live_lines = page.locator("#turns .line").all_text_contents()
+    live_texts = page.locator("#turns pre.text").all_text_contents()
     if termination == "answered":
         assert expected.outcome == "answer"
         sync_api.expect(page.locator("#sources-head")).to_have_text(f"Sources: {NO_SOURCES}")
@@ -288,6 +289,7 @@ def test_each_ending_has_its_own_words_and_the_reopened_view_shows_the_same(
     sync_api.expect(page.locator("#answer")).to_have_text(answer)
     sync_api.expect(page.locator("#result-meta")).to_have_text(live_meta)
     assert page.locator("#turns .line").all_text_contents() == live_lines
+    assert page.locator("#turns pre.text").all_text_contents() == live_texts  # the turns' text as it streamed
 
 
 def test_the_sidebar_counts_turns_while_a_session_runs(serve: Any, context: Any) -> None:
