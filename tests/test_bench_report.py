@@ -154,3 +154,23 @@ def test_a_real_bench_run_records_what_was_run(tiny_qwen3_gguf: Path, tmp_path: 
     assert "| flags.n_ctx | 1024 |" in markdown and markdown.count("Columns:") == 3
     if llama_bench_path() is not None:
         assert set(result["llama_bench"]["decode"]) == {"0"}
+
+
+def test_progress_to_a_file_is_a_plain_line_per_stage(tmp_path: Path) -> None:
+    """Where stderr is not a terminal (a log file, a pipe), each stage gets one flushed line, no terminal codes;
+    --quiet prints nothing."""
+    from venus_edge.bench.cli import _progress_bar
+
+    for quiet in (False, True):
+        log = tmp_path / f"bench-{quiet}.log"
+        with log.open("w") as stream, _progress_bar(2, quiet=quiet, stream=stream) as advance:
+            advance("tiny f16 t2: load")
+            assert log.read_text().count("\n") == (0 if quiet else 1)  # flushed as it happens
+            advance("tiny f16 t2: decode")
+        lines = log.read_text().splitlines()
+        if quiet:
+            assert lines == []
+        else:
+            assert [line.split(", ")[:2] for line in lines] == [["bench: stage 1/2", "tiny f16 t2: load"],
+                                                                 ["bench: stage 2/2", "tiny f16 t2: decode"]]
+            assert all(line.endswith(" s elapsed") and "\x1b" not in line for line in lines)

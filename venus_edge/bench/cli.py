@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # rich is imported when a bar is shown
     from rich.progress import Progress, TaskID
@@ -142,15 +143,23 @@ def _run_record(args: argparse.Namespace, models: list[Path], reference: Path | 
 
 
 class _progress_bar:
-    """A rich progress bar on stderr advanced once per stage (nothing when quiet or rich is missing)."""
+    """Progress on stderr, advanced once per stage: a rich bar on a terminal; otherwise (a log file, a pipe) one
+    plain line per stage as it starts, flushed, so a log shows the run as it goes; nothing when quiet (or rich is
+    missing on a terminal)::
 
-    def __init__(self, total: int, *, quiet: bool) -> None:
+        bench: stage 3/12, SmolLM2-135M.Q4_K_M f16 t2: decode, 41 s elapsed
+    """
+
+    def __init__(self, total: int, *, quiet: bool, stream: TextIO | None = None) -> None:
         self.total, self.quiet = total, quiet
+        self.stream = stream or sys.stderr
+        self.plain = not quiet and not self.stream.isatty()
         self.bar: Progress | None = None
         self.task: TaskID | None = None
+        self.started, self.stage = time.monotonic(), 0
 
     def __enter__(self) -> Any:
-        if not self.quiet:
+        if not self.quiet and not self.plain:
             try:
                 from rich.console import Console
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -164,8 +173,12 @@ class _progress_bar:
         return self.advance
 
     def advance(self, description: str) -> None:
+        self.stage += 1
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, advance=1, description=description)
+        elif self.plain:
+            print(f"bench: stage {self.stage}/{self.total}, {description}, "
+                  f"{time.monotonic() - self.started:.0f} s elapsed", file=self.stream, flush=True)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
