@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from venus_edge.agent import Agent, AgentConfig
+from venus_edge.cli import summary_heading
+from venus_edge.result import TERMINATIONS
 from venus_edge.server import ResearchService, create_app
 from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, read_sse
 from venus_edge.tools.base import ToolResult
@@ -132,7 +134,8 @@ def test_cli_research_on_a_full_disk_prints_its_answer_one_line_and_exits_4(smol
     done = _research(smollm2_gguf, tmp_path / "docs", "When was tomllib added?", "--out", str(DEV_FULL))
     stdout, stderr = done.stdout.decode(), done.stderr.decode()
     assert done.returncode == 4, stderr
-    assert stdout.startswith(("Answer:\n", "No answer")) and "Trajectory: /dev/full" in stdout
+    headings = {summary_heading(name, answered=answered) for name in TERMINATIONS for answered in (True, False)}
+    assert stdout.splitlines()[0] in headings and "Trajectory: /dev/full" in stdout
     assert "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("warning: the trajectory of session "), stderr

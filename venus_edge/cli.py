@@ -370,16 +370,24 @@ class _Progress:
         return None
 
 
+def summary_heading(termination: str, *, answered: bool) -> str:
+    """The first line of a run's summary, in the termination table's words (``venus_edge.result.TERMINATIONS``, as
+    the page shows them): ``Answer:``, ``Answer (answer forced at the turn limit):`` or, without an answer, e.g.
+    ``No answer: turn limit (termination 'max_steps').``"""
+    ending = termination_of(termination)
+    if not answered:
+        return f"{ending.label} (termination '{ending.name}')."
+    if ending.outcome == "forced_answer":
+        return f"Answer ({ending.label[0].lower()}{ending.label[1:]}):"
+    return "Answer:"
+
+
 def _print_result(result: Result, out: TextIO) -> None:
     """What a person reads after a run: the answer, what was searched, the pages read (the answer's sources, with
     their titles where a search listed them), citations of pages never read, and the journal."""
-    ending = termination_of(result.termination)  # the page's words for it too
-    if result.answer is None:
-        print(f"{ending.label} (termination '{ending.name}').", file=out)
-    elif ending.outcome == "forced_answer":
-        print(f"Answer ({ending.label[0].lower()}{ending.label[1:]}):\n{result.answer}", file=out)
-    else:
-        print(f"Answer:\n{result.answer}", file=out)
+    print(summary_heading(result.termination, answered=result.answer is not None), file=out)
+    if result.answer is not None:
+        print(result.answer, file=out)
     searches, titles = _searches(result.messages)
     print("\nSearched:" if searches else "\nSearched: nothing", file=out)
     for query, found in searches:
