@@ -76,6 +76,11 @@ class GenerationStats:
         tokens_decoded: tokens sampled (the end-of-generation token included).
         prefill_s: seconds from the call to the first sampled token.
         decode_s: seconds from the first sampled token to the end.
+        drafted_tokens: tokens proposed by speculative decoding's drafter and verified (``venus_edge.engines.
+            speculative``); 0 without drafting.
+        accepted_tokens: drafted tokens the model kept (each one a token that cost no decode step of its own).
+        verify_steps: decode steps of a call that drafted (each one ``llama_decode`` of the pending token and its
+            draft, if any); 0 without drafting.
     """
 
     prompt_tokens: int
@@ -84,6 +89,9 @@ class GenerationStats:
     tokens_decoded: int
     prefill_s: float
     decode_s: float
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int = 0
 
     @property
     def decode_tokens_per_s(self) -> float:

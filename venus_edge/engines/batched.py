@@ -13,8 +13,9 @@ shared prefix is kept (its own) or copied (another sequence's, ``llama_memory_se
 only marks the cells as shared), so the system prompt and question of N rollouts are prefilled once. A request
 whose prefix another sequence is prefilling right now waits for it, then copies it.
 
-Each sequence samples with its own llama.cpp sampler chain (the presence penalty over its turn, grammar, top-k,
-top-p, temperature, its own seed), as ``LlamaCppEngine`` does, and follows ``Engine``'s stop rules. Visit's
+Each sequence samples with its own llama.cpp sampler chain (``decode.sampler_chain``: the presence penalty over its
+turn, grammar, top-k, top-p, temperature, its own seed), as ``LlamaCppEngine`` does, and follows ``Engine``'s stop
+rules. Visit's
 completions (``complete``) run on one extra sequence, one at a time.
 
 Usage::
@@ -53,6 +54,7 @@ from venus_edge.engines.base import (
     TokenCallback,
     room_left,
 )
+from venus_edge.engines.decode import sampler_chain
 from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
@@ -292,7 +294,8 @@ class BatchedLlamaCppEngine:
         del self._kv_tokens[request.seq][keep:]
         request.to_prefill = prompt[keep:]
         request.evaluated = len(request.to_prefill)
-        request.sampler = _sampler(self._model, request)
+        request.sampler = sampler_chain(self._model.vocab, request.sampling, grammar=request.grammar,
+                                        seed=request.seed, penalty_window=request.max_tokens)
         return True
 
     def _step(self, active: list[_Request]) -> None:
@@ -437,30 +440,3 @@ def _shared(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
-
-
-def _sampler(model: Any, request: _Request) -> Any:
-    """The request's llama.cpp sampler chain, as llama-cpp-python builds one for ``LlamaCppEngine``
-    (``Llama._init_sampler``): presence penalty over the turn, grammar, then greedy, or top-k, typical (1.0, off),
-    top-p, min-p (0.0, off), temperature and a draw seeded with the request's seed."""
-    sampling = request.sampling
-    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    add = llama_cpp.llama_sampler_chain_add
-    n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
-    add(chain, llama_cpp.llama_sampler_init_penalties(n_vocab, request.max_tokens, 1.0, 0.0, sampling.presence_penalty))
-    if request.grammar:
-        grammar = llama_cpp.llama_sampler_init_grammar(model.vocab, request.grammar.encode("utf-8"), b"root")
-        if not grammar:
-            llama_cpp.llama_sampler_free(chain)
-            raise ValueError("llama.cpp could not parse the grammar")
-        add(chain, grammar)
-    if sampling.temperature == 0:
-        add(chain, llama_cpp.llama_sampler_init_greedy())
-        return chain
-    add(chain, llama_cpp.llama_sampler_init_top_k(sampling.top_k))
-    add(chain, llama_cpp.llama_sampler_init_typical(1.0, 1))
-    add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
-    add(chain, llama_cpp.llama_sampler_init_min_p(0.0, 1))
-    add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
-    add(chain, llama_cpp.llama_sampler_init_dist(request.seed & 0xFFFFFFFF))
-    return chain

@@ -16,12 +16,10 @@ Usage:
 
 from __future__ import annotations
 
-import codecs
 import contextlib
-import math
+import functools
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,20 +28,12 @@ from typing import Any, TypeVar
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals
-from llama_cpp.llama_grammar import LlamaGrammar
 
-from venus_edge.engines.base import (
-    Completion,
-    FinishReason,
-    GenerationStats,
-    SamplingParams,
-    StopStream,
-    StopTextRule,
-    TokenCallback,
-    room_left,
-)
-from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
+from venus_edge.engines.base import Completion, SamplingParams, StopTextRule, TokenCallback
+from venus_edge.engines.decode import KVContext, decode
+from venus_edge.engines.llama_load import failure_reason, llama_diagnostics, weights_not_repacked
 from venus_edge.engines.prompt_cache import PromptCache
+from venus_edge.engines.speculative import Drafter, DraftLength, DraftModel, PromptLookup, check_same_vocabulary
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
 from venus_edge.memory.header import FILE_TYPES, check_gguf_file, read_model_header
@@ -89,6 +79,14 @@ class LlamaCppEngine:
             given, settings that do not fit are refused only when this is given.
         helper_n_ctx: context window in tokens of the second context that ``complete`` uses (``visit``'s
             evidence and summary), allocated on the first ``complete``; default 8192.
+        draft: speculative decoding (``venus_edge.engines.speculative``): ``"lookup"`` (n-gram lookup in the
+            session's own tokens), the path of a draft GGUF with the same vocabulary, or None / ``"off"``
+            (default). Greedy output is the same with and without it; sampled output keeps the model's
+            distribution. It drafts only while that is expected to be faster on this machine (``DraftLength``).
+            Drafting turns ``batch_invariant`` on.
+        batch_invariant: load the weights in the GGUF's own layout and turn flash attention on, so that a
+            position's logits are bit-identical in a batch and alone (``llama_load.weights_not_repacked``); default
+            off (llama.cpp's repacked weights prefill faster), on with ``draft``.
         prompt_cache_dir: a folder for the persistent prompt cache (``venus_edge.engines.prompt_cache``): the KV
             state of the system prompt up to its date line is saved there and restored by the next engine on this
             model; default None (off). The CLI uses ``default_prompt_cache_dir()``.
@@ -102,6 +100,7 @@ class LlamaCppEngine:
         MemoryPlanError: the planner finds no context that fits the RAM budget (the message says what would), or
             a fixed ``n_ctx`` needs more memory than the machine has (``refuse_beyond_machine``).
         ValueError: ``n_threads`` above llama.cpp's limit (``venus_edge.memory.MAX_THREADS``).
+        ModelLoadError: the draft GGUF's vocabulary is not the model's (``check_same_vocabulary``).
     """
 
     #: One llama.cpp context decodes one rollout at a time (``Engine.concurrent_rollouts``).
@@ -121,8 +120,18 @@ class LlamaCppEngine:
         kv_type: KVType | None = None,
         flash_attn: bool | None = None,
         ram_bytes: int | None = None,
+        draft: str | os.PathLike[str] | None = None,
+        batch_invariant: bool | None = None,
     ) -> None:
         self.model_path = Path(model_path)
+        if draft not in (None, "off") and batch_invariant is False:
+            raise ValueError("speculative decoding (draft) needs batch_invariant=True: a draft's verification batch "
+                             "must give the logits single tokens give")
+        #: Logits of a position are the same in a batch of several tokens as alone (``weights_not_repacked`` and
+        #: flash attention); on with drafting.
+        self.batch_invariant = bool(batch_invariant) or draft not in (None, "off")
+        if self.batch_invariant:
+            flash_attn = True
         check_gguf_file(self.model_path)
         threads = n_threads or default_threads()
         check_threads(threads)
@@ -133,7 +142,8 @@ class LlamaCppEngine:
             read_model_header(self.model_path), n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else kv_type,
             flash_attn=flash_attn, ram_bytes=ram_bytes, n_threads=threads, n_batch=n_batch, helper_n_ctx=helper_n_ctx)
         plan = self.memory_plan
-        with llama_diagnostics(self.model_path) as errors:
+        layout = weights_not_repacked() if self.batch_invariant else contextlib.nullcontext()
+        with layout, llama_diagnostics(self.model_path) as errors:
             try:
                 self._llm = llama_cpp.Llama(
                     model_path=str(self.model_path),
@@ -157,9 +167,23 @@ class LlamaCppEngine:
         self._closing = threading.Event()
         self._helper: _HelperContext | None = None
         self.helper_n_ctx = helper_n_ctx
-        self._closed = False
+        self._closed = self._released = False
+        self._helper_speculation: tuple[Drafter | None, DraftLength | None] = (None, None)
+        self._draft_model: DraftModel | None = None
         self.prompt_cache = None if prompt_cache_dir is None else PromptCache(
             prompt_cache_dir, self._llm, self.model_path, self.vocabulary.token_bytes)
+        self._context = KVContext(self._llm)
+        #: ``lookup``, the draft GGUF's path, or None (speculative decoding off; ``venus_edge.engines.speculative``).
+        self.draft = None if draft in (None, "off") else str(draft)
+        try:
+            if self.draft is not None and self.draft != "lookup":
+                self._draft_model = DraftModel(self.draft, n_threads=threads)
+                check_same_vocabulary(self.vocabulary, self._draft_model.vocabulary, self.model_path,
+                                      self._draft_model.path)
+            self._speculation = self._speculator(self.n_ctx)
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------------------------------ tokens
     @property
@@ -212,9 +236,11 @@ class LlamaCppEngine:
             ContextOverflowError: the prompt leaves no room for a single new token.
         """
         self._check_open()
-        self._llm.set_seed(self.seed if seed is None else seed)
-        return self._on_decode_thread(_run_generation, self.vocabulary, self._llm, prompt_ids, sampling, stop,
-                                      stop_text_if, grammar, on_text, self._closing, self.prompt_cache)
+        drafter, draft_length = self._speculation
+        return self._on_decode_thread(functools.partial(
+            decode, self.vocabulary, self._context, prompt_ids, sampling, stop=stop, stop_text_if=stop_text_if,
+            grammar=grammar, on_text=on_text, seed=self.seed if seed is None else seed, cancel=self._closing,
+            prompt_cache=self.prompt_cache, drafter=drafter, draft_length=draft_length))
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
         """Complete a short chat on a second context that shares the weights (``TextCompleter`` protocol).
@@ -226,6 +252,7 @@ class LlamaCppEngine:
         if self._helper is None:
             with llama_diagnostics(self.model_path):
                 self._helper = _HelperContext(self._llm, self.helper_n_ctx)
+            self._helper_speculation = self._speculator(self.helper_n_ctx)
         thinking = self.vocabulary.qwen  # a Qwen3 thinking model opens its reasoning block
         # The contents are page text: control tokens written in them stay text.
         ids = [
@@ -236,9 +263,11 @@ class LlamaCppEngine:
         room = _n_ctx(self._helper.llm) - max_tokens
         if len(ids) > room:
             raise ContextOverflowError(len(ids), _n_ctx(self._helper.llm), "shorten the extraction input")
-        completion = self._on_decode_thread(_run_generation, self.vocabulary, self._helper.llm, ids, SamplingParams(
-            temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens), (), None, None, None,
-            self._closing)
+        drafter, draft_length = self._helper_speculation
+        completion = self._on_decode_thread(functools.partial(
+            decode, self.vocabulary, self._helper.context, ids, SamplingParams(
+                temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens),
+            cancel=self._closing, drafter=drafter, draft_length=draft_length))
         text = completion.text
         return text.split("</think>")[-1].strip() if thinking or "</think>" in text else text.strip()
 
@@ -257,19 +286,30 @@ class LlamaCppEngine:
             "n_threads": self.n_threads,
             "kv_type": self.memory_plan.kv_type,
             "flash_attn": self.memory_plan.flash_attn,
+            "draft": self.draft,
+            "batch_invariant": self.batch_invariant,
             "memory_plan": self.memory_plan.to_dict(),
         }
 
     def close(self) -> None:
         """Stop any decode in flight, free the contexts and the model. Further calls raise ``EngineStateError``."""
-        if self._closed:
+        if getattr(self, "_released", True):
             return
+        self._released = self._closed = True
         self._closing.set()  # a decode left running (the caller was interrupted) stops at its next token
         self._decoder.shutdown(wait=True)
         if self._helper is not None:
             self._helper.close()
+        if self._draft_model is not None:
+            self._draft_model.close()
         self._llm.close()
-        self._closed = True
+
+    def _speculator(self, n_ctx: int) -> tuple[Drafter | None, DraftLength | None]:
+        """A drafter and its draft-length rule for one context of ``n_ctx`` tokens (none with drafting off)."""
+        if self.draft is None:
+            return None, None
+        drafter: Drafter = PromptLookup() if self._draft_model is None else self._draft_model.drafter(n_ctx)
+        return drafter, DraftLength()
 
     def _on_decode_thread(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function`` on the engine's decode thread, never the main one (see ``off_main_thread``)."""
@@ -316,6 +356,7 @@ class _HelperContext:
         clone.scores = np.ndarray((main.n_batch, main._n_vocab), dtype=np.single)
         clone._candidates = _internals.LlamaTokenDataArray(n_vocab=main._n_vocab)
         self.llm = clone
+        self.context = KVContext(clone)
 
     def close(self) -> None:
         self.llm._stack.close()
@@ -325,102 +366,3 @@ def _n_ctx(llm: llama_cpp.Llama) -> int:
     """The usable window: llama.cpp may round the context up, but llama-cpp-python's token buffer keeps the
     requested size."""
     return min(llm.n_ctx(), len(llm.input_ids))
-
-
-def _reused_prefix(llm: llama_cpp.Llama, prompt_ids: Sequence[int]) -> int:
-    """Prompt tokens whose KV entries ``Llama.generate`` keeps (mirrors its prefix-match rule)."""
-    cached = llm.input_ids[: llm.n_tokens]
-    shared = 0
-    for a, b in zip(cached, prompt_ids):
-        if a != b:
-            break
-        shared += 1
-    if shared == len(prompt_ids):
-        if llm.n_tokens == len(prompt_ids) and not llm._requires_eval:
-            return shared
-        return shared - 1
-    return shared
-
-
-def _run_generation(
-    vocabulary: Vocabulary,
-    llm: llama_cpp.Llama,
-    prompt_ids: Sequence[int],
-    sampling: SamplingParams,
-    stop: Sequence[str],
-    stop_text_if: StopTextRule | None,
-    grammar: str | None,
-    on_text: TokenCallback | None,
-    cancel: threading.Event | None = None,
-    prompt_cache: PromptCache | None = None,
-) -> Completion:
-    """The one decode loop, for the main context and the helper context alike; ``cancel`` stops it at the next
-    token (the engine is closing).
-
-    The presence penalty covers every token generated in the call, as vLLM applies it (PROTOCOL.md, "Decoding
-    and limits"): llama.cpp's penalty window (``last_n_tokens_size``, 64 by default) is set to ``max_tokens``.
-    Prompt tokens are never in it: llama.cpp's sampler only sees the tokens it samples.
-    """
-    prompt_ids = list(prompt_ids)
-    room = room_left(len(prompt_ids), _n_ctx(llm))
-    reused = _reused_prefix(llm, prompt_ids)
-    max_tokens = min(sampling.max_tokens, room)
-    compiled = LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    stop_ids = {token: text for text in stop if (token := vocabulary.single_token_id(text)) is not None}
-    stream = StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
-    llm.last_n_tokens_size = max_tokens
-    token_ids: list[int] = []
-    logprobs: list[float] | None = [] if sampling.logprobs else None
-    finish: FinishReason = "length"
-    decoded = 0
-    start = first = time.perf_counter()
-    if prompt_cache is not None:  # restore the stable prefix from disk, or evaluate and save it (main context only)
-        reused = prompt_cache.prepare(prompt_ids, reused)
-    tokens = llm.generate(
-        prompt_ids, top_k=sampling.top_k, top_p=sampling.top_p, min_p=0.0, temp=sampling.temperature,
-        presence_penalty=sampling.presence_penalty, repeat_penalty=1.0, grammar=compiled,
-    )
-    for token in tokens:
-        decoded += 1
-        if decoded == 1:
-            first = time.perf_counter()
-        if vocabulary.is_end_of_generation(token):
-            finish = "eog"
-            break
-        if token in stop_ids:
-            finish, stream.stop_hit = "stop", stop_ids[token]
-            break
-        token_ids.append(token)
-        if logprobs is not None:
-            logprobs.append(_token_logprob(llm, token))
-        if stream.feed(decoder.decode(vocabulary.token_bytes(token))):
-            finish = stream.finish_reason
-            break
-        if len(token_ids) >= max_tokens or (cancel is not None and cancel.is_set()):
-            break
-    tokens.close()
-    if finish != "stop" or stream.stop_hit in stop_ids.values():
-        stream.feed(decoder.decode(b"", final=True))
-        stream.flush()
-    if stream.cancelled:  # also when the cancel came with the final flush
-        finish = "cancelled"
-    end = time.perf_counter()
-    stats = GenerationStats(
-        prompt_tokens=len(prompt_ids),
-        prompt_tokens_evaluated=len(prompt_ids) - reused,
-        prompt_tokens_reused=reused,
-        tokens_decoded=decoded,
-        prefill_s=first - start,
-        decode_s=end - first,
-    )
-    return Completion(stream.text, token_ids, finish, stream.stop_hit, stats, logprobs)
-
-
-def _token_logprob(llm: llama_cpp.Llama, token: int) -> float:
-    """log softmax(logits)[token] for the logits that just produced ``token`` (the context's last row)."""
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(llm._n_vocab,))
-    top = float(logits.max())
-    return float(logits[token]) - top - math.log(float(np.exp(logits - top, dtype=np.float64).sum()))
-
-

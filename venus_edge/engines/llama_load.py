@@ -39,7 +39,7 @@ __all__: list[str] = []  # internal to the engines and quantize's quality gates
 # continuation of the line before it.
 _LOG_ERROR, _LOG_CONT = 4, 5
 _ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # ggml_abort_callback_t(const char * error_message)
-_load_lock = threading.Lock()
+_load_lock = threading.RLock()  # re-entered by weights_not_repacked + llama_diagnostics
 
 
 def _ggml_base() -> ctypes.CDLL | None:
@@ -98,6 +98,34 @@ def llama_diagnostics(path: Path) -> Iterator[list[str]]:
             if _GGML_BASE is not None:
                 _GGML_BASE.ggml_set_abort_callback(previous_abort)
             os.close(stderr_fd)
+
+
+@contextlib.contextmanager
+def weights_not_repacked() -> Iterator[None]:
+    """Load models in the block with their weights in the GGUF's own layout (``llama_model_params.
+    use_extra_bufts = False``), for batch-invariant logits.
+
+    llama.cpp's CPU backend repacks some quant types (Q4_0, Q4_K, IQ4_NL) for a matrix-matrix kernel whose sums
+    run in another order than its matrix-vector one, so a position's logits differ between a batch of several
+    tokens and a single token (by up to 0.2 here on Qwen2.5-Coder-0.5B Q4_K_M); in the GGUF's own layout, with
+    flash attention, they are bit-identical, which speculative decoding needs to keep greedy text the same.
+    ``llama_cpp.Llama`` exposes no argument for it, so the default-parameters function it calls is wrapped while the
+    model loads (under the load lock: loads are serialized).
+    """
+    module = llama_cpp.llama_cpp
+    default_params = module.llama_model_default_params
+
+    def params_without_repacking() -> llama_cpp.llama_model_params:
+        params: llama_cpp.llama_model_params = default_params()
+        params.use_extra_bufts = False
+        return params
+
+    with _load_lock:
+        module.llama_model_default_params = params_without_repacking
+        try:
+            yield
+        finally:
+            module.llama_model_default_params = default_params
 
 
 def failure_reason(error: Exception, errors: list[str]) -> str:

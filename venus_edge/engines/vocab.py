@@ -49,6 +49,11 @@ class Vocabulary:
         self._pieces: dict[int, bytes] = {}
         self._single_tokens: dict[str, int | None] = {}
 
+    @property
+    def n_vocab(self) -> int:
+        """Tokens in the vocabulary."""
+        return int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+
     def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens written in the text (``<|im_start|>``) become their ids.
 
