@@ -84,6 +84,8 @@ class LlamaCppEngine:
             (default). Greedy output is the same with and without it; sampled output keeps the model's
             distribution. It drafts only while that is expected to be faster on this machine (``DraftLength``).
             Drafting turns ``batch_invariant`` on.
+        draft_tokens: draft exactly this many tokens whenever the drafter has them (1..16; for benchmarks and
+            tests); default None: the length that ``DraftLength`` expects to be fastest, 0 when none is.
         batch_invariant: load the weights in the GGUF's own layout and turn flash attention on, so that a
             position's logits are bit-identical in a batch and alone (``llama_load.weights_not_repacked``); default
             off (llama.cpp's repacked weights prefill faster), on with ``draft``.
@@ -122,8 +124,11 @@ class LlamaCppEngine:
         ram_bytes: int | None = None,
         draft: str | os.PathLike[str] | None = None,
         batch_invariant: bool | None = None,
+        draft_tokens: int | None = None,
     ) -> None:
         self.model_path = Path(model_path)
+        if draft_tokens is not None:
+            DraftLength(fixed=draft_tokens)  # its bounds, before anything loads
         if draft not in (None, "off") and batch_invariant is False:
             raise ValueError("speculative decoding (draft) needs batch_invariant=True: a draft's verification batch "
                              "must give the logits single tokens give")
@@ -175,6 +180,7 @@ class LlamaCppEngine:
         self._context = KVContext(self._llm)
         #: ``lookup``, the draft GGUF's path, or None (speculative decoding off; ``venus_edge.engines.speculative``).
         self.draft = None if draft in (None, "off") else str(draft)
+        self.draft_tokens = draft_tokens
         try:
             if self.draft is not None and self.draft != "lookup":
                 self._draft_model = DraftModel(self.draft, n_threads=threads)
@@ -309,7 +315,7 @@ class LlamaCppEngine:
         if self.draft is None:
             return None, None
         drafter: Drafter = PromptLookup() if self._draft_model is None else self._draft_model.drafter(n_ctx)
-        return drafter, DraftLength()
+        return drafter, DraftLength(fixed=self.draft_tokens)
 
     def _on_decode_thread(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function`` on the engine's decode thread, never the main one (see ``off_main_thread``)."""

@@ -288,14 +288,26 @@ class DraftLength:
     A step drafts the k (0..max_draft) that maximizes expected tokens / relative time, ``expected_tokens(a, k) /
     (cost_ratio(k + 1) + proposal cost)``; k = 0 (plain decoding) scores 1. Every ``explore_every`` plain steps on
     which a draft was available it drafts one token anyway, so that acceptance that has risen is seen.
+
+    Raises:
+        ValueError: ``max_draft`` outside 1..``MAX_DRAFT``, or ``fixed`` outside 0..``max_draft``.
     """
 
     max_draft: int = MAX_DRAFT
     explore_every: int = 32
+    #: Draft exactly this many tokens whenever the drafter has them (a benchmark's or a test's fixed length);
+    #: None: choose per step.
+    fixed: int | None = None
     seconds: dict[int, float] = field(default_factory=dict)
     counts: dict[str, list[int]] = field(default_factory=lambda: {"hot": [1, 2], "cold": [1, 2]})
     hot: bool = False
     _since_draft: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_draft <= MAX_DRAFT:
+            raise ValueError(f"max_draft must be in 1..{MAX_DRAFT}, got {self.max_draft}")
+        if self.fixed is not None and not 0 <= self.fixed <= self.max_draft:
+            raise ValueError(f"fixed draft length must be in 0..{self.max_draft}, got {self.fixed}")
 
     def cost_ratio(self, n: int) -> float:
         one = self.seconds.get(1)
@@ -320,6 +332,8 @@ class DraftLength:
         available = min(available, self.max_draft)
         if available <= 0:
             return 0
+        if self.fixed is not None:
+            return min(self.fixed, available)
         accept = self.acceptance()
         best, best_score = 0, 1.0
         for k in range(1, available + 1):
