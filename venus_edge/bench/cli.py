@@ -3,7 +3,12 @@ with what was run (``venus_edge.provenance``: the files and their SHA-256, every
 
     venus-edge bench MODEL... [--n-ctx N] [--kv-type f16,q8_0] [--threads 2,4] [--prompt-lengths 128,512,2048]
                      [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--journal FILE | --no-session]
-                     [--reference F16.gguf] [--out DIR] [--no-plot]
+                     [--reference F16.gguf] [--out DIR] [--fresh] [--no-plot]
+
+The report in ``--out`` grows as the run goes (after each configuration), and a rerun with the same ``--out`` reuses
+the configurations it already measured on the same file and settings (``--fresh`` measures everything again). Before
+the first measurement a line says the expected time; after each configuration, a warning names each stage measured
+while other processes used the CPU.
 
 ``--kv-type`` and ``--threads`` mean what they mean in ``research``; bench takes a comma list of them and measures
 each (a sweep), where a session takes one. ``--kv`` and ``--session FILE`` are the deprecated spellings of
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:  # rich is imported when a bar is shown
     from rich.progress import Progress, TaskID
 
+    from venus_edge.bench.report import BenchReport
     from venus_edge.provenance import RunRecord
 
 __all__ = ["add_command", "run"]
@@ -58,7 +64,9 @@ _BENCH_DESCRIPTION = """\
 Measure each GGUF on this machine, for each --kv-type and --threads given: load time and resident memory (beside the
 planner's estimate), prefill and decode speed at several prompt lengths and depths, a replayed research session, and
 quality against an unquantized reference, beside llama-bench's own figures. Prints the report; writes report.md,
-report.json and the plots under --out.
+report.json and the plots under --out. The report grows as the run goes (a stopped run keeps what it measured), a
+rerun with the same --out measures only what is not there yet, and figures taken while other processes used the CPU
+are marked.
 
 example:
   venus-edge bench M-Q8_0.gguf M-Q4_K_M.gguf M-F16.gguf --kv-type f16,q8_0 --threads 2,4 --out runs/bench
@@ -97,7 +105,10 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
                             "among MODEL..., when they are one checkpoint)")
     bench.add_argument("--no-llama-bench", action="store_true", help="skip the llama-bench anchor")
     bench.add_argument("--out", type=Path, default=Path("runs/bench"), metavar="DIR",
-                       help="report.md, report.json and plots go here (default runs/bench)")
+                       help="report.md, report.json and plots go here (default runs/bench); a report there already "
+                            "gives the configurations it measured on the same file and settings")
+    bench.add_argument("--fresh", action="store_true",
+                       help="measure every configuration again, reusing nothing from the report in --out")
     bench.add_argument("--no-plot", action="store_true", help="do not write the PNG plots")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -105,7 +116,7 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``venus-edge bench``; the exit code (0, or 2 for bad flags)."""
     from venus_edge.bench import measure
-    from venus_edge.bench.run import STAGES, pick_reference, run_bench
+    from venus_edge.bench.run import STAGES, load_results, pick_reference, reusable_results, run_bench
     from venus_edge.engines.models import resolve_model
     from venus_edge.memory.machine import physical_cores
 
@@ -122,11 +133,23 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(exc))
     session = None if args.no_session else measure.load_session(args.journal or measure.shipped_session_path())
     reference = args.reference or pick_reference(models)
+    try:
+        reused = [] if args.fresh else load_results(args.out / "report.json", reference=reference)
+    except ValueError as exc:
+        parser.error(str(exc))
     record = _run_record(args, models, reference)
-    with _progress_bar(len(configs) * len(STAGES), quiet=args.quiet) as advance:
-        report = run_bench(configs, session=session, reference=reference,
+
+    def keep(report: BenchReport) -> None:  # each configuration's figures on disk as soon as they are measured
+        report.run = record
+        report.write(args.out, plots=False)
+
+    def say(line: str) -> None:
+        print(f"bench: {line}", file=sys.stderr, flush=True)
+
+    to_measure = len(configs) - len(reusable_results(configs, reused, session=session))
+    with _progress_bar(to_measure * (len(STAGES) - (session is None)), quiet=args.quiet) as advance:
+        report = run_bench(configs, session=session, reference=reference, reused=reused, on_update=keep, notify=say,
                            progress=lambda config, stage: advance(f"{config.name}: {stage}"))
-    report.run = record
     written = report.write(args.out, plots=not args.no_plot)
     print(report.markdown())
     print("written: " + ", ".join(str(path) for path in written), file=sys.stderr)

@@ -12,10 +12,20 @@ For each configuration (``BenchConfig``), in this process, one after the other:
   configuration does the same work: seconds per turn, prompt tokens evaluated against reused;
 - decode tokens/s at several context depths (greedy, ``decode_tokens`` new tokens after a prompt of that depth),
   taking turns run by run with raw llama-cpp-python (``Llama.generate``, same file, threads, KV type, prompt and
-  sampler), so that other load on the machine hits both alike; the best run of each is kept;
+  sampler), so that other load on the machine hits both alike; the best run of each is kept. The raw anchor is
+  built, decodes and is freed on the engine's own decode thread: llama.cpp in the wheel is built with OpenMP, which
+  keeps one thread team per calling thread, and a second team (raw decoding on the main thread) fights the engine's
+  team for the same cores and slows whichever runs after it (SmolLM2 on 2 cores: ours 71-80 tokens/s before raw
+  ran on the main thread, 31-41 after; with raw on the decode thread, ours 72-87 and raw 77-87). No llama.cpp
+  compute of a bench run happens on the main thread (the quality check runs on a thread of its own,
+  ``venus_edge.engines.llama_cpp.off_main_thread``);
 - llama.cpp's ``llama-bench`` (``-n`` at ``-d`` depths, ``-p`` at the prompt lengths; random tokens, no sampler);
-- the one-minute load average as each stage starts and at the end: above the cores, other work shared the CPU and
-  the speeds are low and noisy (the report flags them).
+- the load on the machine before and during each stage (``ConfigResult.stages``): the one-minute load average as it
+  starts and ends, and the cores' worth of CPU that other processes used just before it (0.2 s while this process
+  idles) and over it (``venus_edge.memory.machine.others_cores``: all CPUs' busy time minus this process's and its
+  children's). Figures of a stage during which others used more than ``BUSY_OTHERS_CORES`` are not to be trusted
+  (``ConfigResult.busy_stages``; the report marks them): llama.cpp's threads wait for each other at every step, so
+  one busy core slows all of them, and llama-bench's spinning threads starve under contention more than ours.
 
 ``memory_bandwidth`` measures the machine's copy bandwidth; ``bandwidth_limit`` turns it into the decode speed
 that bandwidth allows (every weight byte and the KV cache up to the depth read once per token).
@@ -39,14 +49,14 @@ import venus_edge.protocol as protocol
 from venus_edge.engines.base import SamplingParams
 from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.memory.header import read_model_header
-from venus_edge.memory.machine import load_average, physical_cores
+from venus_edge.memory.machine import CpuTimes, cpu_times, load_average, others_cores, physical_cores
 from venus_edge.memory.plan import KVType, kv_bytes_per_token
 from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.trajectory import Trajectory, read_journal
 
-__all__ = ["BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token", "llama_bench_path", "load_session",
-           "measure_config", "memory_bandwidth", "replay_session", "shipped_session_path"]
+__all__ = ["BUSY_OTHERS_CORES", "BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token", "llama_bench_path",
+           "load_session", "measure_config", "memory_bandwidth", "replay_session", "shipped_session_path"]
 
 GREEDY_DECODE = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
 #: A text small models continue for a long time: decode figures need the model not to stop early.
@@ -58,6 +68,11 @@ FILLER = ("The lighthouse keeper wrote the weather into the log every hour: wind
 FIRST_TURN_QUESTION = "Which pickle protocol does Python 3.11 use by default, and since which version?"
 #: Turns of the replayed session decode at most this many tokens each (the recorded turn may be longer).
 REPLAY_MAX_TOKENS = 256
+#: A stage during which other processes used more than this many cores' worth of CPU is marked busy: a quarter of a
+#: core taken from a 2-thread decode already costs it a few tenths of its speed, beyond run-to-run noise.
+BUSY_OTHERS_CORES = 0.25
+#: Seconds the load is sampled before each stage, this process idle (``others_before``).
+BEFORE_SAMPLE_S = 0.2
 
 
 def shipped_session_path() -> Path:
@@ -124,7 +139,13 @@ class ConfigResult:
         quality: KL divergence and top-1 agreement against a reference file, or None.
         load_average: the one-minute load average as each stage started (keyed by stage) and at the ``end``; None
             where the system keeps none.
+        stages: per stage, ``wall_s`` (its seconds), ``load_before`` and ``load_after`` (one-minute load average as
+            it started and ended), ``others_before`` and ``others_during`` (cores' worth of CPU other processes used
+            in the 0.2 s before it and over it; None without ``/proc/stat``).
         skipped: what was not measured, and why.
+        key: what the figures depend on (``venus_edge.bench.run.measurement_key``: the file's SHA-256, every
+            setting, the session replayed, the versions); a rerun reuses a result whose key matches. Empty when the
+            result was not made by ``run_bench``.
     """
 
     config: dict[str, Any]
@@ -141,11 +162,34 @@ class ConfigResult:
     session: dict[str, Any] | None = None
     quality: dict[str, Any] | None = None
     load_average: dict[str, float | None] = field(default_factory=dict)
+    stages: dict[str, dict[str, float | None]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    key: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         plain: dict[str, Any] = json.loads(json.dumps(asdict(self), default=str))  # paths and keys as JSON has them
         return plain
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> ConfigResult:
+        """The result ``to_dict`` wrote (``report.json``'s ``results``), with the lengths and depths as ints again.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``saved`` is not such a result.
+        """
+        def by_int(figures: dict[str, Any]) -> dict[int, Any]:
+            return {int(key): value for key, value in figures.items()}
+
+        bench = saved.get("llama_bench")
+        return cls(**{**saved, **{name: by_int(saved.get(name) or {})
+                                  for name in ("prefill", "decode", "decode_tokens", "raw_decode")},
+                      "llama_bench": {kind: by_int(figures) for kind, figures in bench.items()} if bench else None})
+
+    def busy_stages(self) -> dict[str, float]:
+        """The stages during which other processes used more than ``BUSY_OTHERS_CORES`` cores' worth of CPU, with
+        that figure: their speeds are lower and noisier than on a quiet machine."""
+        during = {name: load.get("others_during") for name, load in self.stages.items()}
+        return {name: others for name, others in during.items() if others is not None and others > BUSY_OTHERS_CORES}
 
 
 # ---------------------------------------------------------------------------------------------- the machine
@@ -224,10 +268,7 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
         "name": config.model.name, "file_type": header.file_type, "n_params": header.n_params,
         "file_bytes": config.model.stat().st_size, "weight_bytes": header.weight_bytes})
 
-    def stage(name: str) -> None:  # the load average as each stage starts: other work on the cores slows it
-        result.load_average[name] = load_average()
-        progress(name)
-
+    stage = _StageClock(result, progress)
     stage("load")
     before = _rss_bytes()
     start = time.perf_counter()
@@ -266,29 +307,75 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
             result.session = replay_session(engine, session)
         result.memory["rss_used"] = _rss_bytes() - before
         stage("decode, and raw llama-cpp-python")
-        with _RawLlama(config) as raw:  # the two take turns, so that other load on the machine hits both alike
+        # The raw anchor lives on the engine's decode thread (module docstring: one OpenMP team per calling thread);
+        # the engine's private runner is used as is, so that the engines keep no bench-only method.
+        on_decode_thread = engine._on_decode_thread
+        raw = on_decode_thread(_RawLlama, config)
+        try:  # the two take turns, so that other load on the machine hits both alike
             for depth in config.depths:
                 prompt = _decode_prompt(engine, depth)
                 ours, theirs = [], []
                 for _ in range(config.repeats):
                     sampling = replace(GREEDY_DECODE, max_tokens=config.decode_tokens)
                     ours.append(engine.generate(prompt, sampling=sampling).stats)
-                    theirs.append(raw.decode_speed(prompt, config.decode_tokens))
+                    theirs.append(on_decode_thread(raw.decode_speed, prompt, config.decode_tokens))
                 best = max(ours, key=lambda stats: stats.decode_tokens_per_s)
                 result.decode[depth] = best.decode_tokens_per_s
                 result.decode_tokens[depth] = best.tokens_decoded
                 result.raw_decode[depth] = max(theirs)
+        finally:
+            on_decode_thread(raw.close)
     finally:
         engine.close()
     stage("llama-bench")
     result.llama_bench = _llama_bench(config, result.skipped)
+    stage.finish()
     result.load_average["end"] = load_average()
     return result
 
 
+class _StageClock:
+    """Calling it with a stage's name ends the stage before (if any) and starts that one: the load before it is read
+    (``ConfigResult.stages``), ``progress`` is told, and the clock starts after that, so the callback's own work is
+    not counted."""
+
+    def __init__(self, result: ConfigResult, progress: Callable[[str], None]) -> None:
+        self.result, self.progress = result, progress
+        self.name: str | None = None
+        self.started: CpuTimes | None = None
+        self.started_wall = 0.0
+
+    def __call__(self, name: str) -> None:
+        self.finish()
+        load_before = self.result.load_average[name] = load_average()
+        idle_start = cpu_times()
+        time.sleep(BEFORE_SAMPLE_S)
+        idle_end = cpu_times()
+        others_before = others_cores(idle_start, idle_end) if idle_start and idle_end else None
+        self.result.stages[name] = {"load_before": load_before, "others_before": _rounded(others_before)}
+        self.progress(name)
+        self.name, self.started, self.started_wall = name, cpu_times(), time.monotonic()
+
+    def finish(self) -> None:
+        """End the running stage: its wall time, the load average now and other processes' CPU over it."""
+        if self.name is None:
+            return
+        ended = cpu_times()
+        load = self.result.stages[self.name]
+        load["wall_s"] = round(time.monotonic() - self.started_wall, 3)
+        load["others_during"] = _rounded(others_cores(self.started, ended)) if self.started and ended else None
+        load["load_after"] = load_average()
+        self.name = None
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 class _RawLlama:
     """The anchor: ``llama_cpp.Llama`` on the same file, threads, n_ctx and KV type, decoding token by token with
-    the same greedy sampler (no text, no stop strings, no statistics)."""
+    the same greedy sampler (no text, no stop strings, no statistics). Build, use and close it on the engine's
+    decode thread (module docstring)."""
 
     def __init__(self, config: BenchConfig) -> None:
         import llama_cpp
@@ -311,10 +398,7 @@ class _RawLlama:
                 break
         return (count - 1) / (time.perf_counter() - first) if count > 1 else 0.0
 
-    def __enter__(self) -> _RawLlama:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         self.llm.close()
 
 

@@ -3,35 +3,46 @@
 Tables: speed and memory per configuration; the anchors (raw llama-cpp-python and llama-bench) as ratios; the
 bandwidth limit and the quality against the reference file; the replayed session. Each table is followed by what
 its columns mean. Remarks flag figures to doubt: a ratio to an anchor outside ``RATIO_BAND`` (the two run the same
-file, threads and KV type, so a larger gap means a disturbed measurement, not a real difference) and a load average
-above the cores during the measurements (other work shared the CPU). The report ends with what was run
-(``venus_edge.provenance.RunRecord``). ``report.json`` holds every figure (``BenchReport.to_dict``), the remarks and
-the record. Plots: decode speed against depth (ours, raw and llama-bench) and memory per configuration, each titled,
-with its legend outside the axes.
+file, threads and KV type, so a larger gap means a disturbed measurement, not a real difference), a load average
+above the cores during the measurements (other work shared the CPU), and each stage during which other processes
+used more than ``BUSY_OTHERS_CORES`` of a core (``ConfigResult.busy_stages``), whose figures carry ``BUSY_MARK``.
+The heading says what the run expected and took, and, for a report of a run stopped or still going, which
+configurations are not measured yet. The report ends with what was run (``venus_edge.provenance.RunRecord``).
+``report.json`` holds every figure (``BenchReport.to_dict``), the remarks and the record; both files are replaced in
+one step each (a temporary file renamed), so a reader or a killed run never leaves half of one. Plots: decode speed
+against depth (ours, raw and llama-bench) and memory per configuration, each titled, with its legend outside the
+axes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from venus_edge.bench.measure import ConfigResult, bandwidth_limit, kv_per_token
+from venus_edge.bench.measure import BUSY_OTHERS_CORES, ConfigResult, bandwidth_limit, kv_per_token
 from venus_edge.memory.plan import format_bytes
 from venus_edge.provenance import RunRecord
 
 if TYPE_CHECKING:  # matplotlib is imported when a plot is drawn
     from matplotlib.figure import Figure
 
-__all__ = ["BenchReport"]
+__all__ = ["BenchReport", "format_duration"]
 
 #: Ours / an anchor outside this band (low, high) is flagged in the report.
 RATIO_BAND = (0.5, 1.5)
 #: A one-minute load average above the physical cores plus this is flagged (this run's own threads count in it).
 LOAD_MARGIN = 0.5
 FLAG = "⚠"
+#: Marks a figure taken while other processes used more than ``BUSY_OTHERS_CORES`` of a core.
+BUSY_MARK = "†"
+#: The stage of ``measure_config`` that measures each figure of the tables (a busy stage marks them).
+LOAD_STAGE, PREFILL_STAGE, FIRST_TURN_STAGE, SESSION_STAGE = "load", "prefill", "first turn", "session"
+DECODE_STAGE, LLAMA_BENCH_STAGE = "decode, and raw llama-cpp-python", "llama-bench"
 
 
 @dataclass
@@ -44,6 +55,10 @@ class BenchReport:
         machine: CPU, cores, Python and llama-cpp-python versions.
         reference: the file the quality figures are measured against, or None.
         run: what was run (the model files and their hashes, the flags, versions, machine, date), or None.
+        estimated_s: the run's expected seconds, estimated before it measured anything, or None.
+        elapsed_s: seconds this run has taken so far (reused results took none), or None.
+        reused: how many of ``results`` were reused from an earlier run (same file and settings).
+        pending: the configurations not measured yet (a run stopped or still going), by ``BenchConfig.name``.
     """
 
     results: list[ConfigResult]
@@ -51,12 +66,17 @@ class BenchReport:
     machine: dict[str, Any] = field(default_factory=dict)
     reference: str | None = None
     run: RunRecord | None = None
+    estimated_s: float | None = None
+    elapsed_s: float | None = None
+    reused: int = 0
+    pending: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Every figure, the remarks and the run record, JSON-ready (``report.json``)."""
         return {"machine": self.machine, "bandwidth_bytes_per_s": self.bandwidth, "reference": self.reference,
-                "results": [result.to_dict() for result in self.results], "remarks": self.remarks(),
-                "run": self.run.to_dict() if self.run else None}
+                "timing": {"estimated_s": self.estimated_s, "elapsed_s": self.elapsed_s, "reused": self.reused},
+                "pending": self.pending, "results": [result.to_dict() for result in self.results],
+                "remarks": self.remarks(), "run": self.run.to_dict() if self.run else None}
 
     # ------------------------------------------------------------------------------------------ remarks
     def peak_load(self, result: ConfigResult) -> float | None:
@@ -72,7 +92,8 @@ class BenchReport:
 
     def remarks(self) -> list[str]:
         """The figures to doubt, one sentence each with what to do: ratios to an anchor outside ``RATIO_BAND``,
-        and configurations measured while the load average was above the cores."""
+        configurations measured while the load average was above the cores, and stages measured while other
+        processes used more than ``BUSY_OTHERS_CORES`` of a core."""
         low, high = RATIO_BAND
         band = f"{low:g}-{high:g}x"
         remarks = []
@@ -106,6 +127,12 @@ class BenchReport:
                     f"cores while it was measured (its own {r.config['threads']} threads count in it): other work "
                     "shared the CPU, so its speeds are lower and noisier than on a quiet machine; rerun when the "
                     "machine is quiet, or with fewer threads.")
+            for stage, others in r.busy_stages().items():
+                remarks.append(
+                    f"{label}: figures of {stage} (marked {BUSY_MARK}) were taken while other processes used "
+                    f"{others:.2f} of {self.machine.get('cores', '?')} cores (more than {BUSY_OTHERS_CORES:g}): they "
+                    "are lower and noisier than on a quiet machine, and a ratio to an anchor can be far off "
+                    "(llama-bench's spinning threads starve first); rerun on a quiet machine.")
         return remarks
 
     # ------------------------------------------------------------------------------------------ markdown
@@ -114,6 +141,7 @@ class BenchReport:
         mean, the remarks, and what was run."""
         lines = [f"# venus-edge bench: {self.machine.get('cpu', platform.machine())}, "
                  f"{self.machine.get('cores', '?')} cores, copy bandwidth {self.bandwidth / 1e9:.1f} GB/s", ""]
+        lines += self._progress_lines()
         lines += self._speed_table() + [""] + self._anchor_table() + [""] + self._remarks_section() + [""]
         lines += self._limit_table()
         if any(r.session for r in self.results):
@@ -125,21 +153,43 @@ class BenchReport:
             lines += ["", self.run.markdown().rstrip("\n")]
         return "\n".join(lines) + "\n"
 
+    def _progress_lines(self) -> list[str]:
+        """What the run expected and took, what it reused, and what it has not measured yet."""
+        lines = []
+        if self.pending:
+            done = len(self.results)
+            lines += [f"**Incomplete**: {done} of {done + len(self.pending)} configurations measured; not yet: "
+                      f"{', '.join(self.pending)} (the run was stopped or is still going; a rerun with the same --out "
+                      "measures only these).", ""]
+        timing = []
+        if self.estimated_s is not None:
+            timing.append(f"expected time {format_duration(self.estimated_s)} (estimated before measuring, from the "
+                          "model sizes, stages, repeats, prompt lengths and depths)")
+        if self.elapsed_s is not None:
+            timing.append(f"{'took so far' if self.pending else 'took'} {format_duration(self.elapsed_s)}")
+        if self.reused:
+            timing.append(f"{self.reused} configuration{'s' * (self.reused != 1)} reused from an earlier run "
+                          "(same file and settings; --fresh measures them again)")
+        return lines + (["Run: " + "; ".join(timing) + ".", ""] if timing else [])
+
     def _speed_table(self) -> list[str]:
         first = self.results[0]
         lengths, depths = list(first.prefill), list(first.decode)
         head = (["model", "type", "KV", "threads", "load s", "weights", "KV cache", "compute", "RSS used", "TTFT s"]
-                + [f"prefill@{n}" for n in lengths] + [f"decode@{d}" for d in depths] + ["peak load"])
+                + [f"prefill@{n}" for n in lengths] + [f"decode@{d}" for d in depths] + ["peak load", "others' CPU"])
         rows = []
         for r in self.results:
             c, m = r.config, r.memory
             peak = self.peak_load(r)
             load = "-" if peak is None else f"{peak:.1f}" + (f" {FLAG}" if self.busy(r) else "")
+            busy = r.busy_stages()
+            prefill, decode = _mark(busy, PREFILL_STAGE), _mark(busy, DECODE_STAGE)
             rows.append([r.model["name"], r.model.get("file_type") or "?", c["kv_type"], str(c["threads"]),
-                         f"{r.load_s:.2f}", format_bytes(m["weights"]), format_bytes(m["kv"]),
-                         format_bytes(m["compute"]), format_bytes(m.get("rss_used", 0)), f"{r.ttft_s:.2f}"]
-                        + [f"{r.prefill.get(n, 0):.1f}" for n in lengths]
-                        + [f"{r.decode.get(d, 0):.1f}" for d in depths] + [load])
+                         f"{r.load_s:.2f}{_mark(busy, LOAD_STAGE)}", format_bytes(m["weights"]),
+                         format_bytes(m["kv"]), format_bytes(m["compute"]), format_bytes(m.get("rss_used", 0)),
+                         f"{r.ttft_s:.2f}{_mark(busy, FIRST_TURN_STAGE)}"]
+                        + [f"{r.prefill.get(n, 0):.1f}{prefill}" for n in lengths]
+                        + [f"{r.decode.get(d, 0):.1f}{decode}" for d in depths] + [load, _others(r)])
         legend = [
             "model, type: the GGUF file and its quant type; KV: the KV-cache type; threads: llama.cpp threads",
             "load s: seconds to load the engine (map the file, allocate the context)",
@@ -153,6 +203,10 @@ class BenchReport:
             "(llama-bench's tg test at depth D); best of --repeats",
             f"peak load: the highest one-minute load average seen during the tests (this run's threads included); "
             f"{FLAG} above the physical cores: other work shared the CPU (see Remarks)",
+            "others' CPU: the most cores' worth of CPU that other processes used during one of its stages (from "
+            "/proc/stat: all CPUs' busy time less this run's, llama-bench included); "
+            f"{BUSY_MARK} on it and on a figure: taken while others used more than {BUSY_OTHERS_CORES:g} of a core, "
+            "not to be trusted (see Remarks)",
         ]
         return ["Speed (tokens/s) and memory", ""] + _table(head, rows) + ["", *_legend(legend)]
 
@@ -164,17 +218,20 @@ class BenchReport:
         rows = []
         for r in self.results:
             bench = r.llama_bench or {}
+            busy = r.busy_stages()
+            decode, prefill = _mark(busy, DECODE_STAGE), _mark(busy, PREFILL_STAGE)
+            theirs = _mark(busy, LLAMA_BENCH_STAGE)
             cells = []
             for d in depths:
                 ours, raw = r.decode.get(d, 0.0), r.raw_decode.get(d, 0.0)
-                cell = f"{ours:.1f} / {raw:.1f} ({_flagged_ratio(ours, raw)})"
+                cell = f"{ours:.1f}{decode} / {raw:.1f}{decode} ({_flagged_ratio(ours, raw)})"
                 anchor = bench.get("decode", {}).get(d)
-                cell += f" / {anchor:.1f} ({_flagged_ratio(ours, anchor)})" if anchor else " / -"
+                cell += f" / {anchor:.1f}{theirs} ({_flagged_ratio(ours, anchor)})" if anchor else " / -"
                 cells.append(cell)
             for n in lengths:
                 ours, anchor = r.prefill.get(n, 0.0), bench.get("prefill", {}).get(n)
-                cells.append(f"{ours:.1f} / {anchor:.1f} ({_flagged_ratio(ours, anchor)})" if anchor
-                             else f"{ours:.1f} / -")
+                cells.append(f"{ours:.1f}{prefill} / {anchor:.1f}{theirs} ({_flagged_ratio(ours, anchor)})" if anchor
+                             else f"{ours:.1f}{prefill} / -")
             rows.append([r.model["name"], r.config["kv_type"], *cells])
         low, high = RATIO_BAND
         decode_tokens = max((n for r in self.results for n in r.decode_tokens.values()), default=0)
@@ -186,6 +243,7 @@ class BenchReport:
             f"runs: decode is tg{decode_tokens or 'N'} at depth D (-n, -d), prefill is ppN (-p); random tokens, no "
             "sampler; '-' when it is not built",
             f"(x): ours divided by the anchor, 1.00x the same speed; {FLAG} outside {low:g}-{high:g}x (see Remarks)",
+            f"{BUSY_MARK}: taken while other processes used more than {BUSY_OTHERS_CORES:g} of a core (see Remarks)",
         ]
         title = "Decode and prefill against the anchors, same file and threads (ours / anchor in brackets)"
         return [title, ""] + _table(head, rows) + ["", *_legend(legend)]
@@ -195,7 +253,7 @@ class BenchReport:
         if not remarks:
             low, high = RATIO_BAND
             return [f"Remarks: none (every ratio to an anchor within {low:g}-{high:g}x, the load average within the "
-                    "cores)."]
+                    f"cores, other processes' CPU within {BUSY_OTHERS_CORES:g} of a core in every stage)."]
         return ["Remarks:", "", *(f"- {FLAG} {remark}" for remark in remarks)]
 
     def _limit_table(self) -> list[str]:
@@ -236,7 +294,8 @@ class BenchReport:
             if not s:
                 continue
             turns, total = len(s["turns"]), s["evaluated"] + s["reused"]
-            rows.append([r.model["name"], r.config["kv_type"], str(turns), f"{s['total_s']:.1f}",
+            rows.append([r.model["name"], r.config["kv_type"], str(turns),
+                         f"{s['total_s']:.1f}{_mark(r.busy_stages(), SESSION_STAGE)}",
                          f"{s['total_s'] / turns:.2f}", f"{s['evaluated']:,}", f"{s['reused']:,}",
                          f"{s['reused'] / total:.0%}" if total else "-"])
         legend = [
@@ -244,6 +303,7 @@ class BenchReport:
             "and decode time of the replay",
             "prompt evaluated / reused: prompt tokens computed against those taken from the KV cache of the turn "
             "before; reused share: reused / (evaluated + reused)",
+            f"{BUSY_MARK}: replayed while other processes used more than {BUSY_OTHERS_CORES:g} of a core",
         ]
         return ["A recorded agent session replayed (its prompts, the recorded tool results; greedy, each turn as "
                 "long as recorded up to 256 tokens)", ""] + _table(head, rows) + ["", *_legend(legend)]
@@ -251,11 +311,12 @@ class BenchReport:
     # ------------------------------------------------------------------------------------------ files
     def write(self, out: Path, *, plots: bool = True) -> list[Path]:
         """Write ``report.md``, ``report.json`` and, with matplotlib, ``decode.png`` and ``memory.png`` into
-        ``out`` (created); the paths written."""
+        ``out`` (created); the paths written. Each report file is replaced in one step (written beside it under
+        another name, then renamed), so a run killed while writing leaves the previous version whole."""
         out.mkdir(parents=True, exist_ok=True)
         written = [out / "report.md", out / "report.json"]
-        written[0].write_text(self.markdown(), encoding="utf-8")
-        written[1].write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        _replace_file(written[0], self.markdown())
+        _replace_file(written[1], json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
         if plots:
             written += self._plots(out)
         return written
@@ -336,6 +397,39 @@ class BenchReport:
         axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
         figure.tight_layout()
         return figure
+
+
+def format_duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``1 h 20 min``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path`` (atomic on one file system)."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _mark(busy: dict[str, float], stage: str) -> str:
+    """``BUSY_MARK`` after a figure of ``stage`` when it was busy (``ConfigResult.busy_stages``), else nothing."""
+    return BUSY_MARK if stage in busy else ""
+
+
+def _others(result: ConfigResult) -> str:
+    """The most cores' worth of CPU other processes used during one stage, marked when over the threshold."""
+    during = [others for load in result.stages.values() if (others := load.get("others_during")) is not None]
+    if not during:
+        return "-"
+    return f"{max(during):.2f}" + (f" {BUSY_MARK}" if result.busy_stages() else "")
 
 
 def _ratio(ours: float, anchor: float | None) -> str:

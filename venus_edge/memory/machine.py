@@ -1,5 +1,6 @@
 """What this machine offers a model: physical CPU cores, the RAM available now, and the CPU features llama.cpp
-found; and what describes it in a report: the CPU's name, its total RAM, the load average. The memory planner
+found; and what describes it in a report: the CPU's name, its total RAM, the load average, and the CPU other
+processes use (``cpu_times``, ``others_cores``: what ``venus-edge bench`` records per stage). The memory planner
 (``venus_edge.memory.plan``) and the engines read these; nothing here loads a model.
 """
 
@@ -11,11 +12,12 @@ import os
 import platform
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MAX_THREADS", "available_ram_bytes", "busy_cores", "check_threads", "check_threads_fit", "cpu_name",
-           "default_threads", "llama_cpu_features", "load_average", "physical_cores", "threads_that_fit",
-           "total_ram_bytes"]
+__all__ = ["MAX_THREADS", "MIN_SPAN_S", "CpuTimes", "available_ram_bytes", "busy_cores", "check_threads",
+           "check_threads_fit", "cpu_name", "cpu_times", "default_threads", "llama_cpu_features", "load_average",
+           "others_cores", "physical_cores", "threads_that_fit", "total_ram_bytes"]
 logger = logging.getLogger(__name__)
 
 #: The most threads llama.cpp uses (``GGML_MAX_N_THREADS`` in ggml/include/ggml.h); far more crashed it (100,000
@@ -141,6 +143,61 @@ def busy_cores(sample_s: float = 0.2) -> float | None:
     if elapsed <= 0:
         return None
     return (os.cpu_count() or 1) * (1 - (idle_after - idle_before) / elapsed)
+
+
+#: The shortest span ``others_cores`` measures, seconds (ten kernel ticks).
+MIN_SPAN_S = 0.1
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """CPU time spent up to one instant, seconds (``cpu_times``); two of them make ``others_cores``.
+
+    Attributes:
+        wall_s: ``time.monotonic()`` when read.
+        busy_s: all CPUs' busy time since boot (``/proc/stat``: user, nice, system, irq, softirq and steal, which
+            another virtual machine took from ours), summed over the CPUs.
+        own_s: this process's CPU time, its threads' and that of the children it has waited for (``os.times``).
+        cpus: the CPUs ``/proc/stat`` lists.
+    """
+
+    wall_s: float
+    busy_s: float
+    own_s: float
+    cpus: int
+
+
+def cpu_times() -> CpuTimes | None:
+    """The CPU times now (``CpuTimes``), or None where ``/proc/stat`` cannot be read (not Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        with open("/proc/stat") as stat:
+            lines = stat.read().splitlines()
+        values = [int(v) for v in lines[0].split()[1:]]
+        busy = sum(values[:3]) + sum(values[5:8])  # user nice system, then irq softirq steal (idle, iowait out)
+    except (OSError, ValueError, IndexError):
+        return None
+    own = os.times()
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return CpuTimes(time.monotonic(), busy / ticks,
+                    own.user + own.system + own.children_user + own.children_system, max(1, cpus))
+
+
+def others_cores(before: CpuTimes, after: CpuTimes) -> float | None:
+    """Cores' worth of CPU that other processes used between two ``cpu_times`` reads: the busy time of every CPU
+    minus this process's (and its waited-for children's), over the wall time; 0.5 is half a core kept busy
+    throughout. Where ``busy_cores`` needs this process to idle, this holds while it computes: a measurement's own
+    threads are not counted, so what remains is the load that slowed it. A child still running at ``after`` counts
+    as another process (its time is ours once waited for).
+
+    The kernel counts in ticks (``SC_CLK_TCK``, 10 ms), so over a span of wall time the figure is uncertain by a few
+    ticks / span; None for a span under ``MIN_SPAN_S``, too short to tell.
+    """
+    wall = after.wall_s - before.wall_s
+    if wall < MIN_SPAN_S:
+        return None
+    others = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
+    return min(float(after.cpus), max(0.0, others / wall))
 
 
 def threads_that_fit(cores: int, busy: float) -> int:
