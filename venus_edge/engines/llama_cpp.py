@@ -1,8 +1,9 @@
 """``LlamaCppEngine``: llama.cpp in-process, behind the ``Engine`` protocol (``venus_edge.engines.base``).
 
 The engine is token-in, text-out. It keeps the KV cache of its last prompt and evaluates only the new suffix of
-the next one (llama-cpp-python's prefix match in ``Llama.generate``), and it reports, per call, how many prompt
-tokens were evaluated and how many were reused from the KV cache.
+the next one, and it reports, per call, how many prompt tokens were evaluated and how many were reused from the KV
+cache. Decoding is the native loop of ``venus_edge.engines.decode`` (llama.cpp's sampler chain through the
+low-level API), with optional speculative decoding (``draft``; ``venus_edge.engines.speculative``).
 
 Text is rebuilt from each token's bytes with a buffer sized to the token, because llama-cpp-python 0.3.36
 detokenizes through a 32-byte buffer and cuts longer tokens (TEST_MODELS.md).
@@ -51,10 +52,12 @@ DEFAULT_HELPER_N_CTX = 8_192
 def off_main_thread(function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` on a short-lived thread of its own, for llama.cpp compute outside an engine.
 
-    llama.cpp is built with OpenMP, and once the main thread has run OpenMP work (a ``llama_decode``), parallel
-    regions on every other thread (an engine's decode thread, a batched engine's scheduler) run about 3x slower
-    (measured here: 95 -> 35 tokens/s). Engines decode on their own threads; any other llama.cpp compute (quality
-    gates, references in tests and benchmarks) goes through this.
+    llama.cpp is built with OpenMP, which keeps one team of worker threads per calling thread; a team that has run
+    keeps spinning for a while after, so two threads that call llama.cpp in turn make two teams fight for the
+    cores. Measured here on SmolLM2 with 2 threads: an engine decoding at 71-80 tokens/s fell to 31-41 once raw
+    llama-cpp-python had decoded on the main thread, and both ran at 72-87 when the raw decode ran on the engine's
+    own decode thread. Engines decode on their own threads; any other llama.cpp compute (quality gates, references
+    in tests and benchmarks) goes through this, or through an engine's decode thread when it alternates with it.
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-compute") as pool:
         return pool.submit(function, *args).result()
