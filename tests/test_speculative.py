@@ -198,7 +198,7 @@ def test_a_draft_model_gives_the_same_greedy_text(plain, smollm2_gguf, real_mode
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(smollm2_gguf, tiny_qwen3_gguf):
-    with pytest.raises(ModelLoadError, match=r"vocabulary has .* tokens and the model it would draft for"):
+    with pytest.raises(ModelLoadError, match=r"as a draft model: its vocabulary has .* tokens and the model it"):
         LlamaCppEngine(smollm2_gguf, n_ctx=1024, draft=tiny_qwen3_gguf)
     with pytest.raises(ValueError, match="batch_invariant"):
         LlamaCppEngine(smollm2_gguf, n_ctx=1024, draft="lookup", batch_invariant=False)

@@ -336,9 +336,12 @@ class _Progress:
             return f"turn {event.turn + 1}{again}: context {event.prompt_tokens:,}/{event.n_ctx:,} tokens ({fill:.0f}%)"
         if isinstance(event, TurnCompleted):
             stats = event.record.stats
+            drafted = stats.get("drafted_tokens", 0)  # speculative decoding (--draft); absent in older journals
+            drafting = f", drafted {drafted}, accepted {stats.get('accepted_tokens', 0)}" if drafted else ""
             return (f"  {event.record.kind}: {stats['tokens_decoded']} tokens at "
                     f"{stats['decode_tokens_per_s']:.1f} tok/s, "
-                    f"prefill {stats['prompt_tokens_evaluated']} new / {stats['prompt_tokens_reused']} reused")
+                    f"prefill {stats['prompt_tokens_evaluated']} new / {stats['prompt_tokens_reused']} reused"
+                    f"{drafting}")
         if isinstance(event, TurnRetried):
             return f"  retry ({event.reason}): {event.detail[:120]}"
         if isinstance(event, ToolCalled):
@@ -384,7 +387,8 @@ def summary_heading(termination: str, *, answered: bool) -> str:
 
 def _print_result(result: Result, out: TextIO) -> None:
     """What a person reads after a run: the answer, what was searched, the pages read (the answer's sources, with
-    their titles where a search listed them), citations of pages never read, and the journal."""
+    their titles where a search listed them), citations of pages never read, the tokens speculative decoding drafted
+    and the model accepted (when it drafted any), and the journal."""
     print(summary_heading(result.termination, answered=result.answer is not None), file=out)
     if result.answer is not None:
         print(result.answer, file=out)
@@ -397,6 +401,10 @@ def _print_result(result: Result, out: TextIO) -> None:
         print(f"  {url}" + (f"  ({titles[url]})" if titles.get(url) else ""), file=out)
     if result.unvisited_citations:
         print("Cited but never read: " + ", ".join(result.unvisited_citations), file=out)
+    totals = result.totals
+    if totals.drafted_tokens:
+        print(f"\nSpeculative decoding: {totals.drafted_tokens:,} tokens drafted, {totals.accepted_tokens:,} accepted "
+              f"({totals.accepted_tokens / totals.drafted_tokens:.0%})", file=out)
     if result.trajectory_path:
         print(f"\nTrajectory: {shown_path(result.trajectory_path)}", file=out)
 

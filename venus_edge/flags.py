@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
+from venus_edge.errors import missing_file_reason
 from venus_edge.memory.machine import MAX_THREADS, physical_cores
 from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.text import valid_text
 
-__all__ = ["DEPRECATED_UNTIL", "SETTING_FLAGS", "add_deprecated_alias", "add_memory_arguments",
-           "add_session_arguments", "check_key_text", "check_session_arguments", "count_argument",
+__all__ = ["DEPRECATED_UNTIL", "SETTING_FLAGS", "add_deprecated_alias", "add_draft_argument", "add_memory_arguments",
+           "add_session_arguments", "check_key_text", "check_session_arguments", "count_argument", "draft_argument",
            "number_argument", "size_argument", "threads_argument",
            "tool_sequence_argument"]
 
@@ -29,6 +30,7 @@ SETTING_FLAGS = {
     "n_ctx": "--n-ctx", "answer_reserve_tokens": "--answer-reserve", "context_policy": "--context-policy",
     "max_tokens": "--max-tokens", "max_turns": "--max-turns", "time_limit_s": "--time-limit", "n_threads": "--threads",
     "kv_type": "--kv-type", "ram_bytes": "--ram", "keep_last": "--keep-last", "min_tool_calls": "--min-tool-calls",
+    "draft": "--draft",
 }
 
 #: The release that drops the old spellings of renamed flags (``add_deprecated_alias``).
@@ -104,6 +106,7 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
     parser.add_argument("--threads", type=threads_argument, default=None, metavar="N",
                         help=f"CPU threads (default: the physical cores, {physical_cores()} here)")
     add_memory_arguments(parser)
+    add_draft_argument(parser)
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="do not save or restore the system prompt's KV state (kept under "
                              "$XDG_CACHE_HOME/venus-edge/prompt-cache; see README, Prompt cache)")
@@ -203,6 +206,39 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ram", type=size_argument, default=None, metavar="SIZE",
                         help="RAM budget for the model and its context, e.g. 6G or 512M (default: the memory "
                              "available now); n_ctx and the KV-cache type are chosen to fit it")
+
+
+#: ``--draft``'s words; any other value is the path of a draft GGUF.
+DRAFT_LOOKUP, DRAFT_OFF = "lookup", "off"
+
+
+def draft_argument(text: str) -> str | None:
+    """``--draft``: ``lookup`` (n-gram lookup in the session's own tokens), ``off`` (None) or the path of an existing
+    draft GGUF (``LlamaCppEngine``'s ``draft``); anything else is a usage error that says what to give. Whether the
+    file is a GGUF with the model's vocabulary is the engine's to check, when it loads (``ModelLoadError``)."""
+    if text == DRAFT_OFF:
+        return None
+    if text == DRAFT_LOOKUP:
+        return text
+    if not text.strip():  # Path("") is the current folder
+        raise argparse.ArgumentTypeError(f"empty; give {DRAFT_LOOKUP}, {DRAFT_OFF} or a GGUF path")
+    path = Path(text).expanduser()
+    if path.is_file():
+        return str(path)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {missing_file_reason(path, '.gguf')}; or give lookup or off")
+    raise argparse.ArgumentTypeError(f"no file {text}; give {DRAFT_LOOKUP}, {DRAFT_OFF} or a GGUF path")
+
+
+def add_draft_argument(parser: argparse.ArgumentParser) -> None:
+    """``--draft``, speculative decoding of the in-process engine (``research``, ``eval``, ``serve``, ``mcp`` and
+    ``bench``)."""
+    parser.add_argument("--draft", type=draft_argument, default=None, metavar="lookup|MODEL.gguf|off",
+                        help="speculative decoding: lookup drafts from the session's own text (its tool results, "
+                             "earlier turns), MODEL.gguf is a small draft model with the same vocabulary; greedy text "
+                             "is the same as without it and sampled text keeps the model's distribution; it drafts "
+                             "only while that is faster here (default off; "
+                             "only the in-process engine, one rollout at a time)")
 
 
 def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:

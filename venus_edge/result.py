@@ -75,6 +75,10 @@ def termination_of(name: str) -> Termination:
     return TERMINATIONS.get(name) or Termination(name, name.replace("_", " ").capitalize() or "Ended", "no_answer")
 
 
+#: ``GenerationStats``' figures of speculative decoding, summed by ``SessionTotals``.
+_DRAFTING_FIGURES = ("drafted_tokens", "accepted_tokens", "verify_steps")
+
+
 @dataclass
 class SessionTotals:
     """The summed figures of one session: ``Result.totals``; its ``to_dict()`` is the ``totals`` of the journal's end
@@ -97,6 +101,10 @@ class SessionTotals:
         resumed_at_turn: the turn a resumed session went on from (``Agent.resume``), else None.
         final_turn_mean_logprob: the mean log-probability of the answer turn's tokens, when the engine returned
             log-probabilities (``SamplingParams.logprobs``), else None.
+        drafted_tokens: tokens speculative decoding drafted and the model verified (``GenerationStats``); 0 without
+            drafting.
+        accepted_tokens: drafted tokens the model kept.
+        verify_steps: decode steps of the samples that drafted (each one verification of a draft, or a plain step).
     """
 
     prompt_tokens_evaluated: int = 0
@@ -114,6 +122,9 @@ class SessionTotals:
     compaction_tokens_reevaluated: int = 0
     resumed_at_turn: int | None = None
     final_turn_mean_logprob: float | None = None
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int = 0
 
     def add(self, stats: Mapping[str, Any]) -> None:
         """Count one sample's ``GenerationStats.to_dict()`` (a journal turn record's ``stats``)."""
@@ -122,6 +133,8 @@ class SessionTotals:
         self.tokens_decoded += stats.get("tokens_decoded", 0)
         self.prefill_s += stats.get("prefill_s", 0)
         self.decode_s += stats.get("decode_s", 0)
+        for name in _DRAFTING_FIGURES:  # absent from the stats of a journal written before drafting
+            setattr(self, name, getattr(self, name) + stats.get(name, 0))
 
     def rounded(self) -> SessionTotals:
         """A copy with every float rounded to 3 decimals (milliseconds), as results and the journal keep them."""
@@ -130,9 +143,12 @@ class SessionTotals:
         return replace(self, **rounded)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every figure; ``resumed_at_turn`` and ``final_turn_mean_logprob`` only when they are set."""
+        """JSON-ready: every figure; ``resumed_at_turn`` and ``final_turn_mean_logprob`` only when they are set, the
+        drafting figures only when something was drafted (a session without drafting keeps the same record)."""
+        drafted = self.drafted_tokens > 0
         return {name: value for name, value in asdict(self).items()
-                if value is not None or name not in ("resumed_at_turn", "final_turn_mean_logprob")}
+                if (value is not None or name not in ("resumed_at_turn", "final_turn_mean_logprob"))
+                and (drafted or name not in _DRAFTING_FIGURES)}
 
 
 @dataclass

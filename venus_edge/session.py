@@ -72,6 +72,8 @@ class SessionSettings:
         threads: CPU threads (None: the physical cores).
         kv_type: KV-cache type (``f16``, ``q8_0``, ``q4_0``; None: the memory planner's choice).
         ram_bytes: RAM budget in bytes for the model and its context (None: the memory available now).
+        draft: speculative decoding (``LlamaCppEngine``'s ``draft``): ``lookup``, the path of a draft GGUF with the
+            model's vocabulary, or None (off). Only the in-process engine of one rollout at a time drafts.
         prompt_cache: save and restore the system prompt's KV state (README, Prompt cache).
         temperature: sampling temperature.
         seed: sampling seed.
@@ -101,6 +103,7 @@ class SessionSettings:
     threads: int | None = None
     kv_type: KVType | None = None
     ram_bytes: int | None = None
+    draft: str | None = None
     prompt_cache: bool = True
     temperature: float = 1.0
     seed: int = 0
@@ -124,7 +127,8 @@ class SessionSettings:
             allow_network=tuple(args.allow_network), search_results=args.search_results,
             extractive_visit=args.extractive_visit, max_turns=args.max_turns, max_tokens=args.max_tokens,
             time_limit_s=args.time_limit, n_ctx=args.n_ctx, threads=args.threads, kv_type=args.kv_type,
-            ram_bytes=args.ram, prompt_cache=not args.no_prompt_cache, temperature=args.temperature, seed=args.seed,
+            ram_bytes=args.ram, draft=args.draft, prompt_cache=not args.no_prompt_cache, temperature=args.temperature,
+            seed=args.seed,
             strict=args.strict, min_tool_calls=args.min_tool_calls, required_calls=tuple(args.require_calls),
             context_policy=args.context_policy,
             keep_last=args.keep_last, answer_reserve_tokens=args.answer_reserve,
@@ -225,7 +229,8 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
 
     Raises:
         SetupError: a tool cannot be built (a corpus without documents, a missing extra), or ``kv_type`` /
-            ``ram_bytes`` were given where they do not apply.
+            ``ram_bytes`` / ``draft`` were given where they do not apply.
+        ModelLoadError: the model, or the draft model, cannot be loaded (a draft GGUF with another vocabulary).
     """
     # Imported here so that `venus-edge --help` stays fast.
     from venus_edge.toolbox import close_tools, default_tools
@@ -259,6 +264,11 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
     if (settings.kv_type or settings.ram_bytes) and (settings.engine == "openai" or samples > 1):
         raise SetupError("--kv-type and --ram plan the in-process engine of one rollout at a time; they do not "
                          "apply to --engine openai or to several samples at once")
+    if settings.draft and (settings.engine == "openai" or samples > 1):
+        raise SetupError("--draft (speculative decoding) runs in the in-process engine of one rollout at a time; it "
+                         "does not apply to --engine openai (a model server drafts with its own options, e.g. "
+                         "llama-server --model-draft) or to several samples at once (the batched engine does not "
+                         "draft yet): drop --draft, or run one sample at a time")
     if settings.engine == "openai":
         from venus_edge.engines.openai import OpenAIEngine
 
@@ -277,7 +287,8 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
 
     prompt_cache_dir = default_prompt_cache_dir() if settings.prompt_cache else None
     return LlamaCppEngine(path, n_ctx=settings.n_ctx, n_threads=settings.threads, seed=settings.seed,
-                          prompt_cache_dir=prompt_cache_dir, kv_type=settings.kv_type, ram_bytes=settings.ram_bytes)
+                          prompt_cache_dir=prompt_cache_dir, kv_type=settings.kv_type, ram_bytes=settings.ram_bytes,
+                          draft=settings.draft)
 
 
 class _EngineWhenLoaded:

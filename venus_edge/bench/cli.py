@@ -3,7 +3,7 @@ with what was run (``venus_edge.provenance``: the files and their SHA-256, every
 
     venus-edge bench MODEL... [--n-ctx N] [--kv-type f16,q8_0] [--threads 2,4] [--prompt-lengths 128,512,2048]
                      [--depths 0,2048,6144] [--decode-tokens N] [--repeats N] [--journal FILE | --no-session]
-                     [--reference F16.gguf] [--out DIR] [--fresh] [--no-plot]
+                     [--reference F16.gguf] [--out DIR] [--fresh] [--no-plot] [--draft lookup|MODEL.gguf|off]
 
 The report in ``--out`` grows as the run goes (after each configuration), and a rerun with the same ``--out`` reuses
 the configurations it already measured on the same file and settings (``--fresh`` measures everything again). Before
@@ -11,8 +11,9 @@ the first measurement a line says the expected time; after each configuration, a
 while other processes used the CPU.
 
 ``--kv-type`` and ``--threads`` mean what they mean in ``research``; bench takes a comma list of them and measures
-each (a sweep), where a session takes one. ``--kv`` and ``--session FILE`` are the deprecated spellings of
-``--kv-type`` and ``--journal FILE`` (``research --session`` is a session's id).
+each (a sweep), where a session takes one. ``--draft`` (one value, as in ``research``) drafts in every
+configuration. ``--kv`` and ``--session FILE`` are the deprecated spellings of ``--kv-type`` and ``--journal FILE``
+(``research --session`` is a session's id).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ example:
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``bench`` (its parser imports nothing heavy)."""
-    from venus_edge.flags import add_deprecated_alias
+    from venus_edge.flags import add_deprecated_alias, add_draft_argument
 
     bench = commands.add_parser("bench", help="measure load, memory, prefill, decode, a session and quality of GGUFs",
                                 description=_BENCH_DESCRIPTION)
@@ -88,6 +89,7 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_deprecated_alias(bench, "--kv", "--kv-type")
     bench.add_argument("--threads", type=_thread_counts, default=None, metavar="N,...",
                        help="CPU thread counts to measure, comma-separated (default: the physical cores)")
+    add_draft_argument(bench)
     bench.add_argument("--prompt-lengths", type=_ints, default=(128, 512, 2048), metavar="N,...",
                        help="prefill test prompt lengths in tokens (default 128,512,2048)")
     bench.add_argument("--depths", type=_ints, default=(0, 2048, 6144), metavar="N,...",
@@ -127,7 +129,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         configs = [measure.BenchConfig(model, kv_type=kv, threads=threads, n_ctx=args.n_ctx,
                                        prompt_lengths=args.prompt_lengths, depths=args.depths,
                                        decode_tokens=args.decode_tokens, repeats=args.repeats,
-                                       llama_bench=not args.no_llama_bench)
+                                       llama_bench=not args.no_llama_bench, draft=args.draft)
                    for model in models for kv in args.kv for threads in (args.threads or (physical_cores(),))]
     except ValueError as exc:
         parser.error(str(exc))

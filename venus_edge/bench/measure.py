@@ -95,6 +95,8 @@ class BenchConfig:
         decode_tokens: new tokens per decode test.
         repeats: runs per test; the best is kept (the figure least disturbed by other load).
         llama_bench: also run ``llama-bench`` when it is built.
+        draft: speculative decoding of the engine measured (``LlamaCppEngine``'s ``draft``: ``lookup``, a draft
+            GGUF's path, or None for off).
     """
 
     model: Path
@@ -106,6 +108,7 @@ class BenchConfig:
     decode_tokens: int = 64
     repeats: int = 2
     llama_bench: bool = True
+    draft: str | None = None
 
     def __post_init__(self) -> None:
         longest = max([*self.prompt_lengths, *(d + self.decode_tokens + 64 for d in self.depths)])
@@ -273,7 +276,7 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
     before = _rss_bytes()
     start = time.perf_counter()
     engine = LlamaCppEngine(config.model, n_ctx=config.n_ctx, n_threads=config.threads, kv_type=config.kv_type,
-                            helper_n_ctx=0)
+                            helper_n_ctx=0, draft=config.draft)
     try:
         result.load_s = time.perf_counter() - start
         plan = engine.memory_plan

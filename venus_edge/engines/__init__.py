@@ -19,9 +19,12 @@ _MODULE_EXPORTS = {
     "base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
              "stream_generation"),
     "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
+    "decode": ("KVContext", "decode_loop", "sampler_chain"),
     "llama_cpp": ("LlamaCppEngine",),
     "models": ("resolve_model",),
     "openai": ("OpenAIEngine",),
+    "speculative": ("DraftLength", "DraftModel", "Drafter", "ModelDrafter", "PromptLookup",
+                     "check_same_vocabulary", "expected_tokens"),
     "prompt_cache": ("PromptCache", "PromptCacheCounts", "default_prompt_cache_dir", "stable_prefix_length"),
     "vocab": ("Vocabulary",),
 }

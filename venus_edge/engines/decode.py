@@ -44,7 +44,7 @@ from venus_edge.engines.prompt_cache import PromptCache
 from venus_edge.engines.speculative import Drafter, DraftLength
 from venus_edge.engines.vocab import Vocabulary
 
-__all__ = ["KVContext", "decode", "sampler_chain"]
+__all__ = ["KVContext", "decode_loop", "sampler_chain"]
 
 
 def sampler_chain(vocab: Any, sampling: SamplingParams, *, grammar: str | None, seed: int,
@@ -197,7 +197,7 @@ class _Emitter:
             self.finish = "cancelled"
 
 
-def decode(
+def decode_loop(
     vocabulary: Vocabulary,
     context: KVContext,
     prompt_ids: Sequence[int],

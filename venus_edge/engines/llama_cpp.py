@@ -31,7 +31,7 @@ import numpy as np
 from llama_cpp import _internals
 
 from venus_edge.engines.base import Completion, SamplingParams, StopTextRule, TokenCallback
-from venus_edge.engines.decode import KVContext, decode
+from venus_edge.engines.decode import KVContext, decode_loop
 from venus_edge.engines.llama_load import failure_reason, llama_diagnostics, weights_not_repacked
 from venus_edge.engines.prompt_cache import PromptCache
 from venus_edge.engines.speculative import Drafter, DraftLength, DraftModel, PromptLookup, check_same_vocabulary
@@ -247,7 +247,7 @@ class LlamaCppEngine:
         self._check_open()
         drafter, draft_length = self._speculation
         return self._on_decode_thread(functools.partial(
-            decode, self.vocabulary, self._context, prompt_ids, sampling, stop=stop, stop_text_if=stop_text_if,
+            decode_loop, self.vocabulary, self._context, prompt_ids, sampling, stop=stop, stop_text_if=stop_text_if,
             grammar=grammar, on_text=on_text, seed=self.seed if seed is None else seed, cancel=self._closing,
             prompt_cache=self.prompt_cache, drafter=drafter, draft_length=draft_length))
 
@@ -274,7 +274,7 @@ class LlamaCppEngine:
             raise ContextOverflowError(len(ids), _n_ctx(self._helper.llm), "shorten the extraction input")
         drafter, draft_length = self._helper_speculation
         completion = self._on_decode_thread(functools.partial(
-            decode, self.vocabulary, self._helper.context, ids, SamplingParams(
+            decode_loop, self.vocabulary, self._helper.context, ids, SamplingParams(
                 temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=max_tokens),
             cancel=self._closing, drafter=drafter, draft_length=draft_length))
         text = completion.text

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["DraftLength", "DraftModel", "Drafter", "PromptLookup", "check_same_vocabulary", "expected_tokens"]
+__all__ = ["DraftLength", "DraftModel", "Drafter", "ModelDrafter", "PromptLookup", "check_same_vocabulary",
+           "expected_tokens"]
 
 #: Tokens drafted per step at most (the verification batch is one more).
 MAX_DRAFT = 16
@@ -253,14 +254,14 @@ def check_same_vocabulary(target: Any, draft: Any, target_path: Path, draft_path
     from venus_edge.errors import ModelLoadError
 
     if target.n_vocab != draft.n_vocab:
-        raise ModelLoadError(draft_path, f"its vocabulary has {draft.n_vocab:,} tokens and the model it would draft "
-                             f"for ({target_path.name}) has {target.n_vocab:,}; a draft model needs the same "
-                             "vocabulary (for DR-Venus-4B: a Qwen3 GGUF)")
+        raise ModelLoadError(draft_path, f"as a draft model: its vocabulary has {draft.n_vocab:,} tokens and the "
+                             f"model it would draft for ({target_path.name}) has {target.n_vocab:,}; a draft model "
+                             "needs the same vocabulary (for DR-Venus-4B: a Qwen3 GGUF)")
     for token in range(target.n_vocab):
         if target.token_bytes(token) != draft.token_bytes(token):
-            raise ModelLoadError(draft_path, f"token {token} is {draft.token_bytes(token)!r} in it and "
-                                 f"{target.token_bytes(token)!r} in {target_path.name}; a draft model needs the "
-                                 "same vocabulary")
+            raise ModelLoadError(draft_path, f"as a draft model: token {token} is {draft.token_bytes(token)!r} in "
+                                 f"it and {target.token_bytes(token)!r} in {target_path.name}; a draft model needs "
+                                 "the same vocabulary")
 
 
 def expected_tokens(acceptance: float, drafted: int) -> float:

@@ -28,6 +28,8 @@ class EvalRow:
         session_id: the session in ``trajectories.jsonl``.
         generated_turns, well_formed_turns: turns the model wrote (retried ones included) and those that pass the
             strict RL format check (PROTOCOL.md, "A well-formed turn").
+        drafted_tokens, accepted_tokens: tokens speculative decoding drafted (``--draft``) and those the model kept;
+            0 without drafting.
     """
 
     id: str
@@ -52,6 +54,8 @@ class EvalRow:
     session_id: str = ""
     generated_turns: int = 0
     well_formed_turns: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -77,6 +77,11 @@ def summarize(
         data[f"mean_{name}"] = _mean(getattr(r, name) for r in rows)
     generated = sum(r.generated_turns for r in rows)
     data["well_formed_turns"] = round(sum(r.well_formed_turns for r in rows) / generated, 4) if generated else None
+    drafted = sum(r.drafted_tokens for r in rows)
+    if drafted:  # speculative decoding (--draft): the tokens drafted and kept, over all samples
+        data["drafted_tokens"] = drafted
+        data["accepted_tokens"] = sum(r.accepted_tokens for r in rows)
+        data["acceptance"] = round(data["accepted_tokens"] / drafted, 4)
     data["terminations"] = dict(Counter(r.termination for r in rows).most_common())
     data["per_question"] = per_question
     return EvalSummary(data, list(rows))

@@ -117,6 +117,7 @@ def score(example: EvalExample, index: int, result: Result, judge: LLMJudge | No
         prefill_s=totals.prefill_s, decode_s=totals.decode_s, elapsed_s=result.elapsed_s,
         final_turn_mean_logprob=totals.final_turn_mean_logprob, session_id=result.session_id,
         generated_turns=totals.generated_turns, well_formed_turns=totals.well_formed_turns,
+        drafted_tokens=totals.drafted_tokens, accepted_tokens=totals.accepted_tokens,
     )
 
 
