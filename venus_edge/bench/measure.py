@@ -118,7 +118,8 @@ class BenchConfig:
 
     @property
     def name(self) -> str:
-        return f"{self.model.name} kv={self.kv_type} t={self.threads}"
+        drafting = "" if self.draft is None else f" draft={Path(self.draft).name}"
+        return f"{self.model.name} kv={self.kv_type} t={self.threads}{drafting}"
 
 
 @dataclass

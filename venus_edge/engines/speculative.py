@@ -201,11 +201,11 @@ class ModelDrafter:
         max_tokens = min(max_tokens, room)
         if max_tokens < 1 or not self.context:
             return []
-        start = time.perf_counter()
         keep = min(_shared_prefix(self._kv, self.context), len(self.context) - 1)
         llama_cpp.llama_memory_seq_rm(self._memory, 0, keep, -1)
         del self._kv[keep:]
-        self._decode(self.context[keep:])
+        self._decode(self.context[keep:])  # catching up with the context: not a cost of drafting n tokens
+        start = time.perf_counter()
         draft: list[int] = []
         while True:
             token = llama_cpp.llama_sampler_sample(self._sampler, self._ctx.ctx, -1)
