@@ -228,6 +228,16 @@ def stream_generation(
     return completion
 
 
+def shared_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the common prefix of two token sequences (what a KV cache holding ``a`` can keep of ``b``)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def room_left(prompt_tokens: int, n_ctx: int) -> int:
     """Tokens left for generation after a prompt of ``prompt_tokens`` in a window of ``n_ctx`` tokens: every
     engine's check before it generates (``max_tokens`` is then capped by it).

@@ -53,6 +53,7 @@ from venus_edge.engines.base import (
     StopTextRule,
     TokenCallback,
     room_left,
+    shared_prefix_length,
 )
 from venus_edge.engines.decode import sampler_chain
 from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
@@ -279,13 +280,13 @@ class BatchedLlamaCppEngine:
         """Keep or copy the longest cached prefix of the request's prompt; False to wait for a sequence that is
         prefilling that prefix now."""
         prompt, own = request.prompt, self._kv_tokens[request.seq]
-        keep = _shared(own, prompt)
-        source = max(range(len(self._kv_tokens)), key=lambda s: _shared(self._kv_tokens[s], prompt))
-        if any(_shared(other.prompt, prompt) > max(keep, _shared(self._kv_tokens[source], prompt))
-               for other in active if other.to_prefill):
+        keep = shared_prefix_length(own, prompt)
+        source = max(range(len(self._kv_tokens)), key=lambda s: shared_prefix_length(self._kv_tokens[s], prompt))
+        cached = max(keep, shared_prefix_length(self._kv_tokens[source], prompt))
+        if any(shared_prefix_length(other.prompt, prompt) > cached for other in active if other.to_prefill):
             return False  # another sequence is prefilling more of this prompt: copy it once it is in the cache
-        if _shared(self._kv_tokens[source], prompt) > keep and source != request.seq:
-            keep = _shared(self._kv_tokens[source], prompt)
+        if shared_prefix_length(self._kv_tokens[source], prompt) > keep and source != request.seq:
+            keep = shared_prefix_length(self._kv_tokens[source], prompt)
             llama_cpp.llama_memory_seq_rm(self._memory, request.seq, -1, -1)
             llama_cpp.llama_memory_seq_cp(self._memory, source, request.seq, 0, keep)
             self._kv_tokens[request.seq] = prompt[:keep]
@@ -430,13 +431,3 @@ class SequenceEngine:
 
     def model_info(self) -> dict[str, Any]:
         return {**self.batched.model_info(), "sequence": self.index}
-
-
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the common prefix of ``a`` and ``b``."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

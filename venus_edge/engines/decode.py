@@ -39,6 +39,7 @@ from venus_edge.engines.base import (
     StopTextRule,
     TokenCallback,
     room_left,
+    shared_prefix_length,
 )
 from venus_edge.engines.prompt_cache import PromptCache
 from venus_edge.engines.speculative import Drafter, DraftLength
@@ -110,13 +111,7 @@ class KVContext:
     def reusable_prefix(self, prompt: Sequence[int]) -> int:
         """Prompt tokens whose KV entries can stay: the prefix shared with the cache, less one when that is the
         whole prompt (its last token is evaluated again for fresh logits)."""
-        cached = self.llm.input_ids[: self.llm.n_tokens]
-        shared = 0
-        for a, b in zip(cached, prompt):
-            if a != b:
-                break
-            shared += 1
-        return min(shared, len(prompt) - 1)
+        return min(shared_prefix_length(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)
 
     def truncate(self, n_tokens: int) -> None:
         """Drop the KV entries from position ``n_tokens`` on."""

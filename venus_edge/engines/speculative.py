@@ -35,11 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from venus_edge.engines.base import shared_prefix_length
+
 __all__ = ["DraftLength", "DraftModel", "Drafter", "ModelDrafter", "PromptLookup", "check_same_vocabulary",
            "expected_tokens"]
 
 #: Tokens drafted per step at most (the verification batch is one more).
 MAX_DRAFT = 16
+#: Drafting must be expected to be this much faster than plain decoding: the cost and acceptance estimates are
+#: noisy, and a guess that is slightly off must not make a session slower.
+GAIN_MARGIN = 1.10
 
 
 class Drafter(Protocol):
@@ -82,7 +87,7 @@ class PromptLookup:
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> position just after its latest occurrence
 
     def begin(self, context: Sequence[int]) -> None:
-        shared = _shared_prefix(self.tokens, context)
+        shared = shared_prefix_length(self.tokens, context)
         if shared < len(self.tokens):  # the context is not an extension: start over
             self.tokens, self._index = [], {}
         self.extend(context[len(self.tokens):])
@@ -201,7 +206,7 @@ class ModelDrafter:
         max_tokens = min(max_tokens, room)
         if max_tokens < 1 or not self.context:
             return []
-        keep = min(_shared_prefix(self._kv, self.context), len(self.context) - 1)
+        keep = min(shared_prefix_length(self._kv, self.context), len(self.context) - 1)
         llama_cpp.llama_memory_seq_rm(self._memory, 0, keep, -1)
         del self._kv[keep:]
         self._decode(self.context[keep:])  # catching up with the context: not a cost of drafting n tokens
@@ -287,8 +292,9 @@ class DraftLength:
     with a prior of one accepted in two.
 
     A step drafts the k (0..max_draft) that maximizes expected tokens / relative time, ``expected_tokens(a, k) /
-    (cost_ratio(k + 1) + proposal cost)``; k = 0 (plain decoding) scores 1. Every ``explore_every`` plain steps on
-    which a draft was available it drafts one token anyway, so that acceptance that has risen is seen.
+    (cost_ratio(k + 1) + proposal cost)``, when that beats plain decoding (which scores 1) by ``GAIN_MARGIN``.
+    Every ``explore_every`` plain steps on which a draft was available it drafts one token anyway, so that
+    acceptance that has risen is seen.
 
     Raises:
         ValueError: ``max_draft`` outside 1..``MAX_DRAFT``, or ``fixed`` outside 0..``max_draft``.
@@ -339,7 +345,7 @@ class DraftLength:
         best, best_score = 0, 1.0
         for k in range(1, available + 1):
             score = expected_tokens(accept, k) / (self.cost_ratio(k + 1) + proposal_cost * k)
-            if score > best_score * 1.02:  # a 2 % margin: a tie is plain decoding
+            if score > best_score * GAIN_MARGIN:
                 best, best_score = k, score
         if best == 0:
             self._since_draft += 1
@@ -369,12 +375,3 @@ class DraftLength:
         return {"cost_ratio": {n: round(self.cost_ratio(n), 3) for n in sorted(self.seconds)},
                 "acceptance_hot": round(self.counts["hot"][0] / self.counts["hot"][1], 3),
                 "acceptance_cold": round(self.counts["cold"][0] / self.counts["cold"][1], 3)}
-
-
-def _shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
