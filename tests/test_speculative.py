@@ -12,7 +12,7 @@ import pytest
 
 from venus_edge.engines.base import SamplingParams
 from venus_edge.engines.llama_cpp import LlamaCppEngine, off_main_thread
-from venus_edge.engines.speculative import DraftLength, PromptLookup, expected_tokens
+from venus_edge.engines.speculative import GAIN_MARGIN, DraftLength, PromptLookup, expected_tokens
 from venus_edge.errors import GenerationCancelled, ModelLoadError
 
 URLS = ("https://docs.python.org/3/library/tomllib.html\nhttps://docs.python.org/3/library/pickle.html\n"
@@ -83,6 +83,28 @@ def test_draft_length_drafts_only_where_it_is_expected_to_pay():
     assert DraftLength(fixed=3).choose(2) == 2
     with pytest.raises(ValueError, match="fixed draft length"):
         DraftLength(fixed=17)
+
+
+def test_draft_length_needs_the_gain_margin_over_plain_decoding():
+    """A draft length expected to be only a little faster than plain decoding is not taken (the estimates are
+    noisy); among those that clear the margin, the best expected speed wins."""
+    def chooser(verify_seconds: float) -> DraftLength:
+        draft_length = DraftLength(explore_every=1000)
+        draft_length.record_decode(1, 1.0)
+        draft_length.record_decode(2, verify_seconds)
+        draft_length.counts["cold"] = [50, 100]
+        return draft_length
+    # one drafted token at acceptance 0.5 gives 1.5 tokens per step for `verify_seconds`
+    cheap_enough = 1.5 / (GAIN_MARGIN * 1.01)
+    too_dear = 1.5 / (GAIN_MARGIN * 0.99)
+    assert chooser(cheap_enough).choose(1) == 1
+    assert chooser(too_dear).choose(1) == 0
+    memory_bound = DraftLength(explore_every=1000)
+    for n, seconds in {1: 1.0, 2: 1.0, 3: 1.0, 5: 1.0, 9: 1.0, 17: 1.0}.items():
+        memory_bound.record_decode(n, seconds)
+    memory_bound.counts["cold"] = [50, 100]
+    # free verification: expected tokens grow with k, so the longest draft has the best score
+    assert memory_bound.choose(16) == 16
 
 
 # ---------------------------------------------------------------------------------------------- same output

@@ -292,7 +292,8 @@ class DraftLength:
     with a prior of one accepted in two.
 
     A step drafts the k (0..max_draft) that maximizes expected tokens / relative time, ``expected_tokens(a, k) /
-    (cost_ratio(k + 1) + proposal cost)``, when that beats plain decoding (which scores 1) by ``GAIN_MARGIN``.
+    (cost_ratio(k + 1) + proposal cost)``, among the k whose score beats plain decoding (which scores 1) by the
+    factor ``GAIN_MARGIN``; none does: k = 0.
     Every ``explore_every`` plain steps on which a draft was available it drafts one token anyway, so that
     acceptance that has risen is seen.
 
@@ -342,10 +343,10 @@ class DraftLength:
         if self.fixed is not None:
             return min(self.fixed, available)
         accept = self.acceptance()
-        best, best_score = 0, 1.0
+        best, best_score = 0, GAIN_MARGIN  # plain decoding scores 1; a draft length must beat it by the margin
         for k in range(1, available + 1):
             score = expected_tokens(accept, k) / (self.cost_ratio(k + 1) + proposal_cost * k)
-            if score > best_score * GAIN_MARGIN:
+            if score > best_score:
                 best, best_score = k, score
         if best == 0:
             self._since_draft += 1
