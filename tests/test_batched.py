@@ -63,6 +63,66 @@ def test_greedy_sequences_decode_what_the_single_engine_decodes(batched, smollm2
         assert np.max(np.abs(np.exp(output.logprobs) - np.exp(chosen))) < 0.1, (output.logprobs, chosen)
 
 
+def _copy_prompt(urls: list[str]) -> str:
+    links = "".join(f"{url}\n" for url in urls)
+    return (f"<|im_start|>user\nHere is a list of links:\n{links}Write the list again, exactly, twice.<|im_end|>\n"
+            "<|im_start|>assistant\n")
+
+
+COPY_PROMPTS = (
+    _copy_prompt(["https://docs.python.org/3/library/tomllib.html", "https://docs.python.org/3/library/pickle.html"]),
+    _copy_prompt(["https://en.wikipedia.org/wiki/Lake_Baikal", "https://en.wikipedia.org/wiki/Angara_River"]),
+)
+
+
+def test_sequences_draft_by_lookup_and_keep_the_greedy_choices(smollm2_gguf, real_model_run):
+    """Each sequence drafts from its own tokens (fixed length 4, so that it drafts on this compute-bound CPU too)
+    and verifies its draft in the shared batch: every emitted token is still the model's greedy choice, the counts
+    add up for any output, and the KV cache left behind serves the next turn.
+
+    A near-tie here is within 0.5 nats: on these prompts the batched engine without drafts already picked tokens
+    0.13 and 0.23 below the reference's best (batches of other shapes round otherwise); a token sampled from the
+    wrong row or a stale KV cell would be several nats off (and its probability, here within 0.25 of the
+    reference's, far from it)."""
+    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, n_ctx=2 * 2048, draft="lookup", draft_tokens=4,
+                                   **real_model_run.thread_args())
+    try:
+        assert engine.model_info()["draft"] == "lookup"
+        greedy = dataclasses.replace(GREEDY, max_tokens=80, logprobs=True)
+        prompts = [engine.tokenize(text) for text in COPY_PROMPTS]
+        outputs = together([lambda s=s: engine.sequence(s).generate(prompts[s], sampling=greedy) for s in range(2)])
+        for prompt, output in zip(prompts, outputs):
+            stats = output.stats
+            # the first token comes from the prompt's logits; each step after it emits 1 + its accepted drafts,
+            # less where the turn ended inside a verified draft
+            assert 0 <= stats.accepted_tokens <= stats.drafted_tokens <= 4 * stats.verify_steps, stats
+            if stats.drafted_tokens:
+                assert 1 + stats.verify_steps <= stats.tokens_decoded, stats
+                assert stats.tokens_decoded <= 1 + stats.verify_steps + stats.accepted_tokens, stats
+            if output.token_ids:
+                expected = _log_softmax_of_each_position(smollm2_gguf, prompt, output.token_ids)
+                chosen = expected[np.arange(len(output.token_ids)), output.token_ids]
+                assert np.all(chosen >= expected.max(axis=1) - 0.5), (output.text, chosen, expected.max(axis=1))
+                assert np.max(np.abs(np.exp(output.logprobs) - np.exp(chosen))) < 0.25, (output.logprobs, chosen)
+        assert sum(o.stats.accepted_tokens for o in outputs) > 0, [o.text for o in outputs]  # copying pays
+        # The rejected drafts' KV cells are gone: the next turn evaluates only its new tokens.
+        first = outputs[0]
+        suffix = engine.tokenize("<|im_end|>\n<|im_start|>user\nThanks.<|im_end|>\n<|im_start|>assistant\n")
+        second = engine.sequence(0).generate(prompts[0] + first.token_ids + suffix,
+                                             sampling=dataclasses.replace(GREEDY, max_tokens=4))
+        unevaluated = 1 if first.finish_reason == "length" else 0
+        assert second.stats.prompt_tokens_evaluated == len(suffix) + unevaluated, second.stats
+    finally:
+        engine.close()
+
+
+def test_the_batched_engine_drafts_by_lookup_only(smollm2_gguf):
+    with pytest.raises(ValueError, match="prompt lookup only"):
+        BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, draft=str(smollm2_gguf))
+    with pytest.raises(ValueError, match="fixed draft length"):
+        BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, draft="lookup", draft_tokens=99)
+
+
 def test_the_shared_prompt_is_prefilled_once_and_copied(batched):
     prompt = batched.tokenize(CHAT + "Once")
     sampling = dataclasses.replace(GREEDY, max_tokens=4)

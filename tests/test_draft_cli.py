@@ -95,22 +95,34 @@ def test_the_draft_reaches_the_settings_and_the_bench_configs(tmp_path):
     ["serve", "--slots", "2", "--port", "0"],
 ], ids=["samples", "openai", "eval-parallel", "serve-slots"])
 def test_draft_where_it_does_not_apply_is_refused_before_any_model_loads(flags, docs_corpus, tmp_path, capsys):
-    """Several samples at once (the batched engine does not draft yet) and a model server: one line naming --draft
-    and what to do, as ``--kv-type`` there. The model does not exist: the refusal comes first."""
+    """A model server does not draft in process; several rollouts at once (the batched engine) draft by lookup
+    only, so a draft model is refused there: one line naming --draft and what to do, as ``--kv-type`` there. The
+    model does not exist: the refusal comes first."""
     out = ["--out", str(tmp_path / "out")] if flags[0] == "eval" else []
     journal = ["--journal", str(tmp_path / "j.jsonl")] if flags[0] == "serve" else []
-    code = main([*flags, "--model", "/nonexistent/model.gguf", "--corpus", str(docs_corpus), "--draft", "lookup",
-                 *out, *journal])
+    server = "--engine" in flags
+    draft_model = tmp_path / "draft.gguf"
+    draft_model.write_bytes(b"GGUF")
+    code = main([*flags, "--model", "/nonexistent/model.gguf", "--corpus", str(docs_corpus),
+                 "--draft", "lookup" if server else str(draft_model), *out, *journal])
     assert code == 3
     message = _error_line(capsys)
-    assert message.startswith("error: --draft (speculative decoding)") and "does not apply" in message, message
-    assert "drop --draft" in message and "not found" not in message, message
+    assert message.startswith("error: --draft") and "not found" not in message, message
+    if server:
+        assert "does not apply" in message and "drop --draft" in message, message
+    else:
+        assert "prompt lookup only" in message and "use --draft lookup" in message, message
 
 
-def test_the_python_api_refuses_draft_with_several_samples(smollm2_gguf, tmp_path):
-    settings = SessionSettings(model=str(smollm2_gguf), replay=tmp_path, draft="lookup")
-    with pytest.raises(SetupError, match="batched engine does not draft"):
+def test_several_samples_draft_by_lookup_and_not_with_a_draft_model(smollm2_gguf, tmp_path):
+    settings = SessionSettings(model=str(smollm2_gguf), replay=tmp_path, draft=str(smollm2_gguf))
+    with pytest.raises(SetupError, match="prompt lookup only"):
         _load_engine(settings, 2)
+    engine = _load_engine(replace(settings, draft="lookup", threads=1), 2)
+    try:
+        assert engine.model_info()["draft"] == "lookup" and engine.model_info()["n_seq"] == 2
+    finally:
+        engine.close()
 
 
 def test_a_draft_gguf_with_another_vocabulary_is_one_error_line(smollm2_gguf, tiny_qwen3_gguf, docs_corpus, capsys):

@@ -105,6 +105,18 @@ def test_draft_length_needs_the_gain_margin_over_plain_decoding():
     memory_bound.counts["cold"] = [50, 100]
     # free verification: expected tokens grow with k, so the longest draft has the best score
     assert memory_bound.choose(16) == 16
+    # in a batch of 4 sequences one draft adds its gain to 4 tokens' worth of step: a step of 4 + k tokens
+    # that costs no more than 4 pays, one whose cost grows with every token does not
+    batched = DraftLength(explore_every=1000)
+    for n in range(4, 21):
+        batched.record_decode(n, 1.0 if n <= 8 else n / 8)
+    batched.counts["cold"] = [50, 100]
+    assert batched.choose(16, batch=4) == 4  # 1.9375 tokens for the price of one: the most before the cost grows
+    compute = DraftLength(explore_every=1000)
+    for n in range(4, 21):
+        compute.record_decode(n, n / 4)
+    compute.counts["cold"] = [90, 100]
+    assert compute.choose(16, batch=4) == 0
 
 
 # ---------------------------------------------------------------------------------------------- same output

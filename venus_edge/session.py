@@ -73,7 +73,7 @@ class SessionSettings:
         kv_type: KV-cache type (``f16``, ``q8_0``, ``q4_0``; None: the memory planner's choice).
         ram_bytes: RAM budget in bytes for the model and its context (None: the memory available now).
         draft: speculative decoding (``LlamaCppEngine``'s ``draft``): ``lookup``, the path of a draft GGUF with the
-            model's vocabulary, or None (off). Only the in-process engine of one rollout at a time drafts.
+            model's vocabulary, or None (off). In-process engines only; several samples at once draft by lookup only.
         prompt_cache: save and restore the system prompt's KV state (README, Prompt cache).
         temperature: sampling temperature.
         seed: sampling seed.
@@ -264,11 +264,14 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
     if (settings.kv_type or settings.ram_bytes) and (settings.engine == "openai" or samples > 1):
         raise SetupError("--kv-type and --ram plan the in-process engine of one rollout at a time; they do not "
                          "apply to --engine openai or to several samples at once")
-    if settings.draft and (settings.engine == "openai" or samples > 1):
-        raise SetupError("--draft (speculative decoding) runs in the in-process engine of one rollout at a time; it "
-                         "does not apply to --engine openai (a model server drafts with its own options, e.g. "
-                         "llama-server --model-draft) or to several samples at once (the batched engine does not "
-                         "draft yet): drop --draft, or run one sample at a time")
+    if settings.draft and settings.engine == "openai":
+        raise SetupError("--draft (speculative decoding) runs in the in-process engine; it does not apply to --engine "
+                         "openai (a model server drafts with its own options, e.g. llama-server --model-draft): drop "
+                         "--draft")
+    if settings.draft not in (None, "lookup") and samples > 1:
+        raise SetupError("--draft with a draft model runs with one rollout at a time; several at once (--samples, "
+                         "serve --slots, eval --parallel) draft by prompt lookup only: use --draft lookup, or drop "
+                         "--draft")
     if settings.engine == "openai":
         from venus_edge.engines.openai import OpenAIEngine
 
@@ -281,7 +284,8 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
         from venus_edge.engines.batched import BatchedLlamaCppEngine
 
         window = settings.n_ctx or DEFAULT_SAMPLE_N_CTX
-        return BatchedLlamaCppEngine(path, n_seq=samples, n_ctx=window * samples, n_threads=settings.threads)
+        return BatchedLlamaCppEngine(path, n_seq=samples, n_ctx=window * samples, n_threads=settings.threads,
+                                     draft=settings.draft)
     from venus_edge.engines.llama_cpp import LlamaCppEngine
     from venus_edge.engines.prompt_cache import default_prompt_cache_dir
 

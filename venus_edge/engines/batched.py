@@ -18,6 +18,14 @@ turn, grammar, top-k, top-p, temperature, its own seed), as ``LlamaCppEngine`` d
 rules. Visit's
 completions (``complete``) run on one extra sequence, one at a time.
 
+With ``draft="lookup"`` each sequence drafts by prompt lookup in its own tokens (``speculative.PromptLookup``) and
+the step verifies the drafts with everything else in the batch, as ``decode.decode_loop`` does for one sequence:
+the sequence's pending token and its draft go in with logits on every row, its sampler chain samples each row in
+turn while the sampled token equals the drafted one, and the KV cells past the accepted tokens are removed. Every
+row is sampled as plain decoding would sample it, so the output keeps plain decoding's distribution (and, with a
+seed, consumes the chain's random numbers in the same order). Each sequence keeps its own acceptance estimate; the
+cost of a step by its token count is measured once for all (``DraftLength.choose(batch=...)``).
+
 Usage::
 
     engine = BatchedLlamaCppEngine("model.gguf", n_seq=4, n_ctx=16384)
@@ -57,6 +65,7 @@ from venus_edge.engines.base import (
 )
 from venus_edge.engines.decode import sampler_chain
 from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
+from venus_edge.engines.speculative import DraftLength, PromptLookup
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
 from venus_edge.memory.header import check_gguf_file, read_model_header
@@ -93,6 +102,10 @@ class _Request:
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
     started: float = field(default_factory=time.perf_counter)
     first: float = 0.0
+    draft: list[int] = field(default_factory=list)  # proposed this step, verified after the decode
+    drafted: int = 0
+    accepted: int = 0
+    verify_steps: int = 0  # decode steps (each verifies the draft, if any, with the pending token)
 
 
 class BatchedLlamaCppEngine:
@@ -106,9 +119,14 @@ class BatchedLlamaCppEngine:
         n_threads: CPU threads (default: the physical cores).
         n_batch: tokens per ``llama_decode`` at most (decode tokens first, then prompt chunks).
         kv_cache_f32: keep the KV cache in F32 (parity checks).
+        draft: ``"lookup"``: speculative decoding by prompt lookup, each sequence in its own tokens (module
+            docstring); None or ``"off"``: none. A draft model is the single-sequence engine's (``LlamaCppEngine``).
+        draft_tokens: draft exactly this many tokens whenever a sequence has them (benchmarks, tests); None: the
+            length adapts to this machine's cost of a batch and each sequence's acceptance.
 
     Raises:
-        ModelNotFoundError, ModelLoadError, MemoryPlanError, ValueError: as ``LlamaCppEngine``.
+        ModelNotFoundError, ModelLoadError, MemoryPlanError: as ``LlamaCppEngine``.
+        ValueError: as ``LlamaCppEngine``; a ``draft`` other than ``"lookup"``, ``"off"`` or None.
     """
 
     def __init__(
@@ -120,9 +138,22 @@ class BatchedLlamaCppEngine:
         n_threads: int | None = None,
         n_batch: int = 512,
         kv_cache_f32: bool = False,
+        draft: str | None = None,
+        draft_tokens: int | None = None,
     ) -> None:
         if n_seq < 1:
             raise ValueError(f"n_seq must be >= 1, got {n_seq}")
+        if draft not in (None, "off", "lookup"):
+            raise ValueError(f"the batched engine drafts by prompt lookup only (draft='lookup'), got {draft!r}; a "
+                             "draft model runs in the engine of one sequence (LlamaCppEngine)")
+        self.draft = "lookup" if draft == "lookup" else None
+        if draft_tokens is not None:
+            DraftLength(fixed=draft_tokens)  # its bounds, before anything loads
+        # One measured cost table (seconds by decode batch size) for all; each sequence its own acceptance.
+        batch_seconds: dict[int, float] = {}
+        self._drafters = [PromptLookup() for _ in range(n_seq + 1)] if self.draft else []
+        self._draft_lengths = [DraftLength(fixed=draft_tokens, seconds=batch_seconds)
+                               for _ in range(n_seq + 1)] if self.draft else []
         self.model_path = Path(model_path)
         check_gguf_file(self.model_path)
         self.n_seq = n_seq
@@ -186,7 +217,7 @@ class BatchedLlamaCppEngine:
         meta = self._model.metadata()
         return {"path": str(self.model_path), "name": meta.get("general.name", self.model_path.stem),
                 "architecture": meta.get("general.architecture"), "n_ctx": self.n_ctx_total // self.n_seq,
-                "n_seq": self.n_seq, "n_threads": self.n_threads}
+                "n_seq": self.n_seq, "n_threads": self.n_threads, "draft": self.draft}
 
     def close(self) -> None:
         """Stop the scheduler and free the context and the model. Further calls raise ``EngineStateError``."""
@@ -297,24 +328,36 @@ class BatchedLlamaCppEngine:
         request.evaluated = len(request.to_prefill)
         request.sampler = sampler_chain(self._model.vocab, request.sampling, grammar=request.grammar,
                                         seed=request.seed, penalty_window=request.max_tokens)
+        if self._drafters:
+            self._drafters[request.seq].begin(prompt)
         return True
 
     def _step(self, active: list[_Request]) -> None:
-        """One ``llama_decode`` over the active requests, then one sampled token for each that is due one."""
-        batch, rows = self._batch, []  # rows: (request, batch index) that get logits
+        """One ``llama_decode`` over the active requests, then one sampled token (or a verified draft) for each that
+        is due one."""
+        batch, rows = self._batch, []  # rows: (request, batch index of its first row with logits)
         batch.n_tokens = 0
-        for request in active:
-            if request.pending_token is not None:
-                rows.append((request, self._add(request, [request.pending_token], logits_on_last=True)))
-                request.pending_token = None
+        decoding = [request for request in active if request.pending_token is not None]
+        for request in decoding:
+            pending, request.pending_token = request.pending_token, None
+            assert pending is not None
+            request.verify_steps += 1
+            request.draft = self._propose(request, pending, len(decoding), batch.n_tokens)
+            last = self._add(request, [pending, *request.draft], logits_on_last=True, all_logits=bool(request.draft))
+            rows.append((request, last - len(request.draft)))
+        prefilling = False
         for request in active:
             room = self.n_batch - batch.n_tokens
             if request.to_prefill and room > 0:
+                prefilling = True
                 chunk, request.to_prefill = request.to_prefill[:room], request.to_prefill[room:]
                 index = self._add(request, chunk, logits_on_last=not request.to_prefill)
                 if not request.to_prefill:
                     rows.append((request, index))
+        started = time.perf_counter()
         status = llama_cpp.llama_decode(self._ctx.ctx, batch)
+        if self._draft_lengths and not prefilling and status == 0:  # the cost table: decode-only steps
+            self._draft_lengths[0].record_decode(batch.n_tokens, time.perf_counter() - started)
         if status != 0:
             error = ContextOverflowError(
                 sum(len(t) for t in self._kv_tokens), self.n_ctx_total,
@@ -323,42 +366,83 @@ class BatchedLlamaCppEngine:
                 self._finish(active, request, error=error)
             return
         for request, index in rows:
-            self._sample(active, request, index)
+            self._verify(active, request, index)
 
-    def _add(self, request: _Request, tokens: list[int], *, logits_on_last: bool) -> int:
-        """Append ``tokens`` of ``request``'s sequence to the batch at their positions; the index of the last."""
+    def _propose(self, request: _Request, pending: int, decoding: int, in_batch: int) -> list[int]:
+        """The draft that goes into this step after ``request``'s pending token ([] without drafting): as many
+        tokens as its ``DraftLength`` chooses for a step of ``decoding`` sequences, within the batch, the
+        sequence's window and its ``max_tokens``."""
+        if not self._drafters:
+            return []
+        drafter = self._drafters[request.seq]
+        drafter.extend([pending])  # the pending token joins the context the drafter continues
+        space = min(self.n_batch - in_batch - 1 - (decoding - 1),  # room for the other sequences' tokens
+                    self.n_ctx_total // self.n_seq - len(self._kv_tokens[request.seq]) - 1,
+                    request.max_tokens - len(request.token_ids) - 1)
+        want = self._draft_lengths[request.seq].choose(space, batch=decoding) if space > 0 else 0
+        return drafter.propose(want) if want > 0 else []
+
+    def _verify(self, active: list[_Request], request: _Request, first: int) -> None:
+        """Sample ``request``'s rows from batch index ``first`` on: its pending token's row, then each drafted
+        token's while the sampled token equals it; then drop the KV cells of the rejected draft."""
+        draft, request.draft = request.draft, []
+        request.drafted += len(draft)  # counted as they happen: a request that finishes here reports them
+        kept = 0
+        for row in range(len(draft) + 1):
+            token = self._sample(active, request, first + row)
+            if token is None or row == len(draft) or token != draft[row]:
+                break
+            kept += 1
+            request.accepted += 1
+        if draft:
+            self._draft_lengths[request.seq].record_verification(len(draft), kept)
+            self._drafters[request.seq].extend(draft[:kept])
+            keep = len(self._kv_tokens[request.seq]) - len(draft) + kept
+            llama_cpp.llama_memory_seq_rm(self._memory, request.seq, keep, -1)
+            del self._kv_tokens[request.seq][keep:]
+
+    def _add(self, request: _Request, tokens: list[int], *, logits_on_last: bool, all_logits: bool = False) -> int:
+        """Append ``tokens`` of ``request``'s sequence to the batch at their positions; the index of the last.
+        Logits are computed for the last token (``logits_on_last``) or every one (``all_logits``)."""
         batch, kv = self._batch, self._kv_tokens[request.seq]
         for offset, token in enumerate(tokens):
             i = batch.n_tokens
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, len(kv), 1
             batch.seq_id[i][0] = request.seq
-            batch.logits[i] = logits_on_last and offset == len(tokens) - 1
+            batch.logits[i] = all_logits or (logits_on_last and offset == len(tokens) - 1)
             batch.n_tokens += 1
             kv.append(token)
         last: int = batch.n_tokens - 1
         return last
 
-    def _sample(self, active: list[_Request], request: _Request, index: int) -> None:
-        token = llama_cpp.llama_sampler_sample(request.sampler, self._ctx.ctx, index)
+    def _sample(self, active: list[_Request], request: _Request, index: int) -> int | None:
+        """Sample batch row ``index`` for ``request``: the token, which is now its pending one; None when the
+        request finished with it."""
+        token: int = llama_cpp.llama_sampler_sample(request.sampler, self._ctx.ctx, index)
         request.decoded += 1
         if request.decoded == 1:
             request.first = time.perf_counter()
         vocabulary = self.vocabulary
         if vocabulary.is_end_of_generation(token):
-            return self._finish(active, request, finish="eog")
+            self._finish(active, request, finish="eog")
+            return None
         if token in request.stop_ids:
             request.stream.stop_hit = request.stop_ids[token]
-            return self._finish(active, request, finish="stop")
+            self._finish(active, request, finish="stop")
+            return None
         request.token_ids.append(token)
         if request.sampling.logprobs:
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, index), shape=(self._n_vocab,))
             top = float(logits.max())
             request.logprobs.append(float(logits[token]) - top - math.log(float(np.exp(logits - top).sum())))
         if request.stream.feed(request.decoder.decode(vocabulary.token_bytes(token))):
-            return self._finish(active, request, finish=request.stream.finish_reason)
+            self._finish(active, request, finish=request.stream.finish_reason)
+            return None
         if len(request.token_ids) >= request.max_tokens:
-            return self._finish(active, request, finish="length")
+            self._finish(active, request, finish="length")
+            return None
         request.pending_token = token
+        return token
 
     def _finish(self, active: list[_Request], request: _Request, *, finish: FinishReason = "length",
                 error: BaseException | None = None) -> None:
@@ -375,7 +459,9 @@ class BatchedLlamaCppEngine:
             end = time.perf_counter()
             first = request.first or end
             stats = GenerationStats(len(request.prompt), request.evaluated, len(request.prompt) - request.evaluated,
-                                    request.decoded, first - request.started, end - first)
+                                    request.decoded, first - request.started, end - first,
+                                    drafted_tokens=request.drafted, accepted_tokens=request.accepted,
+                                    verify_steps=request.verify_steps if request.drafted else 0)
             request.result = Completion(stream.text, request.token_ids, finish, stream.stop_hit, stats,
                                         request.logprobs if request.sampling.logprobs else None)
         request.error = error

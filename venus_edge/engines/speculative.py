@@ -318,34 +318,49 @@ class DraftLength:
             raise ValueError(f"fixed draft length must be in 0..{self.max_draft}, got {self.fixed}")
 
     def cost_ratio(self, n: int) -> float:
-        one = self.seconds.get(1)
-        if one is None or one <= 0:
+        """Time of a ``llama_decode`` of ``n`` tokens / time of one token, from the measured sizes (interpolated
+        between them, one token's time per token beyond the largest). Without a measurement of one token (a
+        batched engine's steps hold several), one token costs the smallest measured batch's time per token: as
+        the real cost of one token is at least that, this errs towards plain decoding."""
+        if not self.seconds:
             return float(n)
-        if n in self.seconds:
-            return self.seconds[n] / one
-        below = max((m for m in self.seconds if m < n), default=1)
-        above = min((m for m in self.seconds if m > n), default=None)
+        smallest = min(self.seconds)
+        points = {1: self.seconds[smallest] / smallest, **self.seconds}
+        one = points[1]
+        if one <= 0:
+            return float(n)
+        if n in points:
+            return points[n] / one
+        below = max((m for m in points if m < n), default=1)
+        above = min((m for m in points if m > n), default=None)
         if above is None:
-            return self.seconds[below] / one + (n - below)
-        low, high = self.seconds[below] / one, self.seconds[above] / one
+            return points[below] / one + (n - below)
+        low, high = points[below] / one, points[above] / one
         return low + (high - low) * (n - below) / (above - below)
 
     def acceptance(self) -> float:
         accepted, drafted = self.counts["hot" if self.hot else "cold"]
         return accepted / drafted
 
-    def choose(self, available: int, proposal_cost: float = 0.0) -> int:
+    def choose(self, available: int, proposal_cost: float = 0.0, *, batch: int = 1) -> int:
         """Tokens to draft now, given that the drafter can propose ``available`` and proposing one costs
-        ``proposal_cost`` of a single target decode."""
+        ``proposal_cost`` of a single target decode.
+
+        ``batch``: tokens the step decodes without this draft (the batched engine: one per decoding sequence).
+        The score is then the step's throughput against plain decoding, ``(batch - 1 + expected_tokens(a, k)) /
+        batch`` tokens for ``cost_ratio(batch + k) / cost_ratio(batch)`` of the time; with ``batch`` 1 it is the
+        single-sequence score above."""
         available = min(available, self.max_draft)
         if available <= 0:
             return 0
         if self.fixed is not None:
             return min(self.fixed, available)
         accept = self.acceptance()
+        plain = self.cost_ratio(batch)
         best, best_score = 0, GAIN_MARGIN  # plain decoding scores 1; a draft length must beat it by the margin
         for k in range(1, available + 1):
-            score = expected_tokens(accept, k) / (self.cost_ratio(k + 1) + proposal_cost * k)
+            tokens = (batch - 1 + expected_tokens(accept, k)) / batch
+            score = tokens / (self.cost_ratio(batch + k) / plain + proposal_cost * k)
             if score > best_score:
                 best, best_score = k, score
         if best == 0:
