@@ -7,7 +7,8 @@ reads ``foo<br>bar`` as ``foobar``; trafilatura knows ``<br>`` (its ``<lb/>``) b
 browser shows:
 
 1. every ``<br>`` (the parser reads ``<br/>``, ``<br >`` and ``<BR>`` alike) stays, for trafilatura, and its tail
-   starts with a newline, for the passes that read text nodes: ``foo<br>bar`` reads ``foo\\nbar``;
+   starts with a newline, for the passes that read text nodes: ``foo<br>bar`` reads ``foo\\nbar``. Inside a
+   ``<pre>`` the ``<br>`` becomes that newline alone (trafilatura drops the text after a ``<br>`` in code);
 2. a ``<wbr>`` (a place where a browser may break a long word) is removed and its neighbours joined:
    ``super<wbr>cali`` reads ``supercali``;
 3. the content of a ``<pre>`` that holds no ``<code>`` is wrapped in one: trafilatura keeps whitespace only in
@@ -29,8 +30,10 @@ def break_lines(tree: lxml.html.HtmlElement) -> None:
     """Normalize ``tree`` (an lxml HTML tree, changed in place) as the module docstring says."""
     for wbr in list(tree.iter("wbr")):
         wbr.drop_tag()  # lxml joins its tail to the text before it
-    for br in tree.iter("br"):
+    for br in list(tree.iter("br")):
         br.tail = "\n" + (br.tail or "")
+        if next(br.iterancestors("pre"), None) is not None:
+            br.drop_tag()  # inside a <pre> the newline is the line break (trafilatura drops what follows a code <lb/>)
     for pre in tree.iter("pre"):
         if pre.find(".//code") is None and (pre.text or len(pre)):
             _wrap_content(pre, "code")
