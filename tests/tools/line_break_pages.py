@@ -39,6 +39,7 @@ BODIES: dict[str, str] = {
     "br space slash": f"<p>{A}<br />{B}<br />{C}</p>",
     "BR upper case": f"<p>{A}<BR>{B}<BR>{C}</p>",
     "newlines in pre": f"<pre>{A}\n{B}\n{C}</pre>",
+    "br in pre": f"<pre>{A}<br>{B}<br />{C}</pre>",
     "wbr is nothing": f"<p>{A}<br>{B.replace('fishermen', 'fisher<wbr>men')}<br>{C}</p>",
 }
 # name -> (Content-Type header, body bytes, the lines the page shows)
