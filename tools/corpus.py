@@ -61,6 +61,7 @@ from venus_edge.tools.errors import (
     PdfError,
     UnreadableDocumentError,
 )
+from venus_edge.tools.linebreaks import break_lines
 from venus_edge.tools.passages import CJK_CHARS, WORD_PATTERN
 from venus_edge.tools.pdf import looks_like_pdf, pdf_text
 from venus_edge.tools.sniff import binary_kind
@@ -77,7 +78,7 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 7
+INDEX_FORMAT_VERSION = 8
 _CHECKSUMS = "sha256"  # the manifest's key for the checksums of the other files of the saved index
 SNIPPET_CHARS = 240
 _SNIFF_BYTES = 4096
@@ -460,9 +461,9 @@ def extract_fields(source: str, path: Path) -> tuple[str, str, str]:
     per page).
 
     HTML: ``<title>``, the text of the main region (``role="main"``, ``<main>``, else ``<body>``) without scripts
-    and styles, and the date its metadata declares (``published_date``). Markdown: the first ``# `` heading.
-    Plain text (and a PDF's extracted text): the first non-empty line. The file name stands in for a missing
-    title; a document without a declared date gets ``""``.
+    and styles, a ``<br>`` read as a line break (``linebreaks.break_lines``), and the date its metadata declares
+    (``published_date``). Markdown: the first ``# `` heading. Plain text (and a PDF's extracted text): the first
+    non-empty line. The file name stands in for a missing title; a document without a declared date gets ``""``.
     """
     date = ""
     if path.suffix.lower() in (".html", ".htm"):
@@ -478,11 +479,12 @@ def _html_fields(source: str) -> tuple[str, str, str]:
     except (etree.ParserError, ValueError):
         return "", "", ""
     date = published_date(tree)
+    break_lines(tree)  # foo<br>bar is two words, not "foobar"
     for node in tree.xpath("//script|//style|//noscript|//template"):
         node.drop_tree()
     title = tree.findtext(".//title") or ""
-    main = tree.xpath("//*[@role='main']|//main")
-    return title, (main[0] if main else tree).text_content(), date
+    main = tree.xpath("//*[@role='main']|//main") or [tree.find("body")]
+    return title, (tree if main[0] is None else main[0]).text_content(), date
 
 
 # Metadata that declares when a page was published (Open Graph, schema.org, Dublin Core, Highwire/Google

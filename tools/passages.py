@@ -4,9 +4,12 @@
 tokens for its extractor, PROTOCOL.md "Tools and observation shapes"). It reduces the page first:
 
 1. ``extract_passages``: main text with trafilatura (HTML, its XML output, one passage per paragraph, heading,
-   list item or table row) or blank-line paragraphs (plain text, Markdown). trafilatura can drop text of the
-   main body (the first line of a ``<br>``-separated page without ``<p>``); a recall pass over the page's text
-   restores it (``recall.restore_dropped_text``);
+   list item or table row) or blank-line paragraphs (plain text, Markdown). The page is parsed once (trafilatura's
+   ``load_html``) and its line breaks made text (``linebreaks.break_lines``) before any pass reads it; a
+   ``<br>`` (trafilatura's ``<lb/>``) is a newline inside its passage, so ``foo<br>bar`` is ``foo\nbar``.
+   trafilatura can drop text of the main body (the first line of a ``<br>``-separated page without ``<p>``); a
+   recall pass over the page's lines restores it (``recall.restore_dropped_text``). A page trafilatura finds no
+   main content in gives all its visible lines (``recall.page_lines``);
 2. ``split_passages``: short passages (headings) join the next one, long ones split at sentence ends;
 3. ``select_passages``: score each passage against the goal with BM25 (k1 1.2, b 0.75), keep the best in
    document order while they fit in the budget. Tokens are approximated as ``ceil(len(text) / 4)`` unless a
@@ -25,7 +28,8 @@ import trafilatura
 from bm25s.stopwords import STOPWORDS_EN
 from lxml import etree
 
-from venus_edge.tools.recall import restore_dropped_text
+from venus_edge.tools.linebreaks import break_lines
+from venus_edge.tools.recall import page_lines, restore_dropped_text
 
 __all__: list[str] = []
 
@@ -34,6 +38,10 @@ MAX_PASSAGE_CHARS = 1200
 # A <noscript> with at least this much text is the page's content, not a notice to enable JavaScript.
 NOSCRIPT_CONTENT_CHARS = 200
 _BLOCK_TAGS = frozenset({"p", "head", "list", "item", "table", "row", "quote"})
+# Tags of trafilatura's XML that start a new line inside a leaf block: its line break, and a block inside a table
+# cell (a cell's <br> comes back as <cell>a<p>b</p></cell>).
+_LINE_START_TAGS = _BLOCK_TAGS | {"lb"}
+_UTF8_HTML_PARSER = lxml.html.HTMLParser(encoding="utf-8")
 # Question words carry no topic: "How does str.split handle maxsplit?" is about str, split and maxsplit.
 _QUESTION_WORDS = (
     "how", "what", "when", "where", "which", "who", "whom", "why", "does", "do", "did", "can", "could", "should",
@@ -60,8 +68,8 @@ def extract_passages(source: str, content_type: str) -> list[str]:
 
     Args:
         source: the page, HTML markup or text.
-        content_type: ``text/html`` and ``application/xhtml+xml`` go through trafilatura (with an lxml
-            text pass when trafilatura finds no main content); anything else is split at blank lines.
+        content_type: ``text/html`` and ``application/xhtml+xml`` go through trafilatura (with the page's
+            visible lines when trafilatura finds no main content); anything else is split at blank lines.
     """
     if content_type in ("text/html", "application/xhtml+xml") or (not content_type and _looks_like_html(source)):
         raw = _html_paragraphs(source)
@@ -76,22 +84,33 @@ def _looks_like_html(source: str) -> bool:
 
 
 def _html_paragraphs(html: str) -> list[str]:
+    tree = parse_page(html)
+    if tree is None:
+        return []
     xml = trafilatura.extract(
-        html, output_format="xml", include_comments=False, include_tables=True, favor_recall=True, deduplicate=False
-    )
+        tree, output_format="xml", include_comments=False, include_tables=True, favor_recall=True, deduplicate=False
+    )  # trafilatura works on a copy of the tree
     if xml:
         root = etree.fromstring(xml.encode("utf-8"), parser=etree.XMLParser(recover=True))
         if root is not None:
             out: list[str] = []
             _collect_blocks(root.find("main") if root.find("main") is not None else root, out)
-            return restore_dropped_text(html, out)
-    try:
-        tree = lxml.html.document_fromstring(html)
-    except (etree.ParserError, ValueError):
-        return []
-    for node in tree.xpath("//script|//style|//noscript|//template"):
-        node.drop_tree()
-    return [" ".join(tree.text_content().split())]
+            return restore_dropped_text(tree, out)
+    return page_lines(tree)
+
+
+def parse_page(html: str) -> lxml.html.HtmlElement | None:
+    """``html`` parsed as trafilatura parses it (``load_html``: its repairs, an encoding declaration allowed), else
+    as an lxml document, with its line breaks made text (``linebreaks.break_lines``); ``None`` when nothing parses.
+    """
+    tree = trafilatura.load_html(html)
+    if tree is None:  # trafilatura turns down what does not look like HTML; a browser would still show it
+        try:
+            tree = lxml.html.document_fromstring(html.encode("utf-8"), parser=_UTF8_HTML_PARSER)
+        except (etree.ParserError, ValueError):
+            return None
+    break_lines(tree)
+    return tree
 
 
 def is_script_shell(html: str) -> bool:
@@ -120,13 +139,15 @@ def is_script_shell(html: str) -> bool:
 
 def _collect_blocks(element: etree._Element, out: list[str]) -> None:
     """Append one passage per leaf block (a block with no block children) of trafilatura's XML."""
-    if not any(child.tag in _BLOCK_TAGS for child in element):
+    # <code> is a block at the top (a <pre>), inline inside a paragraph or list item
+    block_tags = _BLOCK_TAGS | {"code"} if element.tag in ("main", "doc") else _BLOCK_TAGS
+    if not any(child.tag in block_tags for child in element):
         if element.tag == "code":  # a code block keeps its line breaks
             text = "".join(element.itertext()).strip()
         elif element.tag == "row":
-            text = " | ".join(" ".join("".join(cell.itertext()).split()) for cell in element)
+            text = " | ".join(_lines_text(cell) for cell in element)
         else:
-            text = " ".join("".join(element.itertext()).split())
+            text = _lines_text(element)
         if text:
             out.append(text)
         return
@@ -138,6 +159,25 @@ def _collect_blocks(element: etree._Element, out: list[str]) -> None:
         tail = " ".join((child.tail or "").split())
         if tail:
             out.append(tail)
+
+
+def _lines_text(element: etree._Element) -> str:
+    """The text of a leaf block of trafilatura's XML, one line per ``<lb/>`` (or nested block), each line's
+    whitespace collapsed, empty lines dropped."""
+    lines = [""]
+
+    def walk(node: etree._Element) -> None:
+        lines[-1] += node.text or ""
+        for child in node:
+            if child.tag in _LINE_START_TAGS:
+                lines.append("")
+            walk(child)
+            if child.tag in _LINE_START_TAGS:
+                lines.append("")
+            lines[-1] += child.tail or ""
+
+    walk(element)
+    return "\n".join(filter(None, (" ".join(line.split()) for line in lines)))
 
 
 def split_passages(

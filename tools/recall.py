@@ -3,7 +3,8 @@
 trafilatura (the main pass) chooses the main content well but drops text of it: the first line of a page of
 ``<br>``-separated lines without ``<p>`` or ``<article>``, whole entries of the Python docs (``mmap.write_byte``).
 The recall pass reads the page's lines as a browser breaks them, finds the main region from what the main pass
-kept, and puts back, in place, each line of that region that the main pass left out. Lines outside the region
+kept, and puts back, in place, each line of that region that the main pass left out; a paragraph of the main
+pass that is several whole lines of the page joined by spaces gets its line breaks back. Lines outside the region
 (menus, footers, sidebars around the article) and page furniture inside it stay out, as the main pass decided.
 
 Lines are compared with what the main pass kept on a folded form (NFKC, no whitespace, no format characters such
@@ -17,7 +18,6 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-import lxml.html
 from lxml import etree
 
 __all__: list[str] = []
@@ -67,8 +67,16 @@ class _Line:
         return " ".join(" ".join(self.parts).split())
 
 
-def restore_dropped_text(html: str, paragraphs: list[str]) -> list[str]:
+def page_lines(tree: etree._Element) -> list[str]:
+    """The text of the page's visible lines as a browser breaks them, in page order (no scripts, styles, hidden
+    elements or media fallbacks; furniture included), each line's whitespace collapsed."""
+    return [line.text for line in _page_lines(tree) if line.text]
+
+
+def restore_dropped_text(tree: etree._Element, paragraphs: list[str]) -> list[str]:
     """``paragraphs`` (the main pass, in page order) with the lines of the main body it dropped put back.
+
+    ``tree`` is the page the main pass read (``passages.parse_page``).
 
     A block is main content when the main pass kept one of its lines of at least ``MAIN_LINE_WORDS`` words; the
     main region is the deepest element holding ``MAIN_REGION_SHARE`` of the text the main pass kept. A line that
@@ -77,10 +85,6 @@ def restore_dropped_text(html: str, paragraphs: list[str]) -> list[str]:
     line before the article's ``<div>``), and is not mostly link text, hidden, nor inside page furniture (nav,
     aside, header, footer, forms; navigation roles; classes such as ``footer``, ``sidebar``, ``newsletter``).
     """
-    try:
-        tree = lxml.html.document_fromstring(html)
-    except (etree.ParserError, ValueError):
-        return paragraphs
     lines = [line for line in _page_lines(tree) if line.text]
     folded_paragraphs = [_fold(p) for p in paragraphs]
     kept_text = "".join(folded_paragraphs)
@@ -106,18 +110,34 @@ def restore_dropped_text(html: str, paragraphs: list[str]) -> list[str]:
     out: list[str] = []
     cursor = 0
     pending: list[str] = []
+    held: dict[int, list[str]] = {}  # paragraph index -> the kept lines found in it
+
+    def emit_until(end: int) -> None:
+        nonlocal cursor
+        out.extend(_with_line_breaks(paragraphs[i], held.get(i, [])) for i in range(cursor, end))
+        cursor = end
+
     for index, line in enumerate(lines):
         if kept[index]:
             folded = _fold(line.text)
             at = next((i for i in range(cursor, len(paragraphs)) if folded in folded_paragraphs[i]), None)
             if at is not None:
-                out += paragraphs[cursor:at]
-                cursor = at
+                emit_until(at)
+                held.setdefault(at, []).append(line.text)
             out += pending
             pending = []
         elif restorable(index):
             pending.append(line.text)
-    return out + paragraphs[cursor:] + pending
+    emit_until(len(paragraphs))
+    return out + pending
+
+
+def _with_line_breaks(paragraph: str, page_lines: list[str]) -> str:
+    """``paragraph`` with a newline between the page's lines when it is exactly those lines joined by spaces (the
+    main pass merged lines a ``<br>`` or a block boundary separated), else as it is."""
+    if len(page_lines) > 1 and " ".join(paragraph.split()) == " ".join(page_lines):
+        return "\n".join(page_lines)
+    return paragraph
 
 
 def _fold(text: str) -> str:
@@ -139,6 +159,12 @@ def _page_lines(tree: etree._Element) -> list[_Line]:
 
     def add(text: str | None, block: etree._Element, in_link: bool, furniture: bool) -> None:
         if not text or not text.strip():
+            return
+        if block.tag == "pre" and "\n" in text.strip():  # a <pre>'s newlines end its lines
+            first, rest = text.split("\n", 1)
+            add(first, block, in_link, furniture)
+            lines.append(_Line([], block, furniture=furniture))
+            add(rest, block, in_link, furniture)
             return
         if not lines or lines[-1].block is not block or lines[-1].furniture != furniture:
             lines.append(_Line([], block, furniture=furniture))

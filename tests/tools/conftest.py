@@ -13,9 +13,11 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from charset_pages import CHARSET_PAGES  # tests/tools is on sys.path (pytest's prepend import mode)
+from line_break_pages import LINE_BREAK_PAGES
 
 from venus_edge.tools.corpus import Corpus
 
@@ -159,7 +161,8 @@ class _Handler(BaseHTTPRequestHandler):
     /pdf-octet (a PDF sent as application/octet-stream), /pdf-broken, /pdf-scan (a page without text),
     /together-<name> (answers only once ``TOGETHER_PARTIES`` such requests are in flight at the same time),
     /charset/<name> (``CHARSET_PAGES``: pages in other encodings, declared in other places), /gzip (a gzip-encoded
-    page), /gzip-bomb (40 KB of gzip that inflate to 40 MB), /gzip-twice (two stacked layers), /gzip-broken (declared
+    page), /lines/<name> (``LINE_BREAK_PAGES``: lines separated by <br> and its siblings), /gzip-bomb (40 KB of gzip
+    that inflate to 40 MB), /gzip-twice (two stacked layers), /gzip-broken (declared
     gzip, not gzip), /drip (headers sent a byte every 0.2 s), /hop-<n> (waits 0.4 s, then redirects to /hop-<n+1>)."""
 
     docs_root: Path = DOCS_ROOT
@@ -200,6 +203,9 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if path.startswith("/charset/") and path[len("/charset/"):] in CHARSET_PAGES:
             content_type, body = CHARSET_PAGES[path[len("/charset/"):]]
+            return self._send(200, content_type, body)
+        if path.startswith("/lines/") and unquote(path[len("/lines/"):]) in LINE_BREAK_PAGES:
+            content_type, body, _ = LINE_BREAK_PAGES[unquote(path[len("/lines/"):])]
             return self._send(200, content_type, body)
         if path.startswith("/together-"):
             return self._together(path)
