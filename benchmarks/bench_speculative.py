@@ -34,8 +34,7 @@ from typing import Any
 
 import llama_cpp
 
-from venus_edge import protocol
-from venus_edge.bench.measure import GREEDY_DECODE, REPLAY_MAX_TOKENS, load_session, shipped_session_path
+from venus_edge.bench.measure import load_session, replay_session, shipped_session_path
 from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.trajectory import Trajectory
 
@@ -64,34 +63,8 @@ def verification_curve(engine: LlamaCppEngine, repeats: int = 7) -> dict[int, fl
 
 
 def replay(engine: Any, session: Trajectory) -> dict[str, Any]:
-    """Replay ``session`` on ``engine``, with the totals of drafting; also the decoded text of each turn."""
-    texts: list[str] = []
-    totals = {"drafted": 0, "accepted": 0, "verify_steps": 0, "decoded": 0, "decode_s": 0.0, "prefill_s": 0.0,
-              "evaluated": 0}
-    messages = session.messages
-    start = time.perf_counter()
-    for index, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        prompt = engine.tokenize(protocol.render_messages(messages[:index]))
-        recorded = engine.tokenize(message["content"], parse_special=False)
-        budget = min(REPLAY_MAX_TOKENS, max(1, len(recorded)), engine.n_ctx - len(prompt) - 1)
-        completion = engine.generate(prompt, sampling=replace(GREEDY_DECODE, max_tokens=budget))
-        stats = completion.stats
-        texts.append(completion.text)
-        totals["drafted"] += stats.drafted_tokens
-        totals["accepted"] += stats.accepted_tokens
-        totals["verify_steps"] += stats.verify_steps
-        totals["decoded"] += stats.tokens_decoded
-        totals["decode_s"] += stats.decode_s
-        totals["prefill_s"] += stats.prefill_s
-        totals["evaluated"] += stats.prompt_tokens_evaluated
-    wall = time.perf_counter() - start
-    return {"wall_s": round(wall, 3), **totals, "texts": texts,
-            "decode_tok_s": round(totals["decoded"] / totals["decode_s"], 2) if totals["decode_s"] else 0.0,
-            "prefill_tok_s": round(totals["evaluated"] / totals["prefill_s"], 2) if totals["prefill_s"] else 0.0,
-            "tokens_per_step": round((totals["verify_steps"] + totals["accepted"]) / totals["verify_steps"], 3)
-            if totals["verify_steps"] else None}
+    """``replay_session`` with each turn's decoded text (the variants of ours must agree on it)."""
+    return replay_session(engine, session, keep_texts=True)
 
 
 class RawReplay:

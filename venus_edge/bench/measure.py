@@ -446,26 +446,32 @@ def _llama_bench(config: BenchConfig, skipped: list[str]) -> dict[str, dict[int,
 
 
 # ---------------------------------------------------------------------------------------------- a session
-def replay_session(engine: LlamaCppEngine, trajectory: Trajectory, *,
-                   max_tokens: int = REPLAY_MAX_TOKENS) -> dict[str, Any]:
+def replay_session(engine: Any, trajectory: Trajectory, *, max_tokens: int = REPLAY_MAX_TOKENS,
+                   keep_texts: bool = False) -> dict[str, Any]:
     """Replay a recorded session on ``engine``: for each assistant turn, the conversation before it (as recorded,
     tool results included) is the prompt, decoded greedily for as many tokens as the recorded turn had (at most
     ``max_tokens``); then the recorded turn, not the decoded one, joins the conversation. Each configuration does
     the same work, and the KV cache is reused as in a live session (the prompt grows by the last turn and its
     tool result).
 
-    Turns whose prompt no longer fits in the engine's ``n_ctx`` are not replayed (``turns_not_replayed``).
+    ``engine``: any ``Engine`` (``tokenize``, ``n_ctx``, ``generate``): ours, the OpenAI-compatible one against a
+    llama-server, or a benchmark's raw llama-cpp-python adapter. Turns whose prompt no longer fits in its
+    ``n_ctx`` are not replayed (``turns_not_replayed``).
 
     Returns:
         ``{"session_id", "turns": [{"prompt_tokens", "evaluated", "reused", "decoded", "prefill_s", "decode_s",
-        "total_s"}], "turns_not_replayed", "total_s", "evaluated", "reused"}``.
+        "total_s", "drafted", "accepted", "verify_steps"}], "turns_not_replayed", "total_s", "wall_s", "evaluated",
+        "reused", "decoded", "prefill_s", "decode_s", "decode_tok_s", "prefill_tok_s", "drafted", "accepted",
+        "verify_steps", "tokens_per_step"}`` (seconds; tokens per verification step None without drafting), and
+        ``"texts"``, each turn's decoded text, with ``keep_texts``.
 
     Raises:
         ValueError: the session has no assistant turn, or its first one does not fit in n_ctx.
     """
     messages = trajectory.messages
-    turns = []
+    turns, texts = [], []
     recorded_turns = sum(message["role"] == "assistant" for message in messages)
+    start = time.perf_counter()
     for index, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
@@ -474,16 +480,30 @@ def replay_session(engine: LlamaCppEngine, trajectory: Trajectory, *,
         budget = min(max_tokens, max(1, len(recorded)), engine.n_ctx - len(prompt) - 1)
         if budget < 1:
             break
-        stats = engine.generate(prompt, sampling=replace(GREEDY_DECODE, max_tokens=budget)).stats
+        completion = engine.generate(prompt, sampling=replace(GREEDY_DECODE, max_tokens=budget))
+        stats = completion.stats
+        texts.append(completion.text)
         turns.append({"prompt_tokens": stats.prompt_tokens, "evaluated": stats.prompt_tokens_evaluated,
                       "reused": stats.prompt_tokens_reused, "decoded": stats.tokens_decoded,
                       "prefill_s": round(stats.prefill_s, 4), "decode_s": round(stats.decode_s, 4),
-                      "total_s": round(stats.prefill_s + stats.decode_s, 4)})
+                      "total_s": round(stats.prefill_s + stats.decode_s, 4), "drafted": stats.drafted_tokens,
+                      "accepted": stats.accepted_tokens, "verify_steps": stats.verify_steps})
+    wall = time.perf_counter() - start
     if not turns:
         raise ValueError(f"session {trajectory.session_id} has no assistant turn that fits in n_ctx {engine.n_ctx}")
-    return {"session_id": trajectory.session_id, "turns": turns, "turns_not_replayed": recorded_turns - len(turns),
-            "total_s": round(sum(t["total_s"] for t in turns), 3),
-            "evaluated": sum(t["evaluated"] for t in turns), "reused": sum(t["reused"] for t in turns)}
+    totals = {key: sum(turn[key] for turn in turns)
+              for key in ("evaluated", "reused", "decoded", "drafted", "accepted", "verify_steps")}
+    prefill_s, decode_s = sum(t["prefill_s"] for t in turns), sum(t["decode_s"] for t in turns)
+    result = {"session_id": trajectory.session_id, "turns": turns, "turns_not_replayed": recorded_turns - len(turns),
+              "total_s": round(sum(t["total_s"] for t in turns), 3), "wall_s": round(wall, 3), **totals,
+              "prefill_s": round(prefill_s, 3), "decode_s": round(decode_s, 3),
+              "decode_tok_s": round(totals["decoded"] / decode_s, 2) if decode_s else 0.0,
+              "prefill_tok_s": round(totals["evaluated"] / prefill_s, 2) if prefill_s else 0.0,
+              "tokens_per_step": round((totals["verify_steps"] + totals["accepted"]) / totals["verify_steps"], 3)
+              if totals["verify_steps"] else None}
+    if keep_texts:
+        result["texts"] = texts
+    return result
 
 
 def load_session(path: Path) -> Trajectory:
