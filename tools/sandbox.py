@@ -4,9 +4,10 @@
 ``python -I -u`` (no ``PYTHON*`` variables, no user site, unbuffered so output and errors keep their order), in a
 child set up by ``sandbox_child.py``:
 
-- namespaces: a new user namespace (unless the parent is root), a network namespace (no address is reachable, 127.0.0.1 included), a PID
-  namespace (the code sees only its own processes; when the run ends, everything it started dies with it), an IPC
-  namespace, and a mount namespace where every mount is read-only except the temporary directory;
+- namespaces: a new user namespace (unless the parent is root), a network namespace (no address is reachable,
+  127.0.0.1 included), a PID namespace (the code sees only its own processes; when the run ends, everything it
+  started dies with it), an IPC namespace, and a mount namespace where every mount is read-only except the
+  temporary directory;
 - an unprivileged uid: ``nobody`` when the parent runs as root (root is exempt from the process limit), else the
   parent's own uid, with ``no_new_privs`` (setuid programs do not raise it);
 - resource limits (``SandboxLimits``): CPU seconds, address space, processes, file size, open files, no core files;
@@ -24,6 +25,7 @@ only when the user says so (``--python-unsandboxed-network``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -37,16 +39,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["SandboxLimits", "SandboxRun", "SandboxUnavailable", "probe_isolation", "run_sandboxed"]
+__all__ = ["SandboxLimits", "SandboxRun", "probe_isolation", "run_sandboxed"]
 
 _CHILD_SCRIPT = Path(__file__).with_name("sandbox_child.py")
 # The uid the code runs as when the parent is root (root is exempt from RLIMIT_NPROC and may write anywhere).
 _NOBODY = "nobody"
 _READ_CHUNK_BYTES = 65_536
-
-
-class SandboxUnavailable(RuntimeError):
-    """The namespaces the sandbox needs cannot be made on this machine (``probe_isolation`` says why)."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +160,7 @@ def _processes_of(uid: int) -> int:
     return count
 
 
-def run_sandboxed(code: str, limits: SandboxLimits = SandboxLimits(), *, isolate: bool = True,
+def run_sandboxed(code: str, limits: SandboxLimits | None = None, *, isolate: bool = True,
                   work_root: str | os.PathLike[str] | None = None,
                   python: str | os.PathLike[str] | None = None) -> SandboxRun:
     """Run ``code`` (Python source) in a fresh sandbox and return what it printed and how it ended.
@@ -172,12 +170,13 @@ def run_sandboxed(code: str, limits: SandboxLimits = SandboxLimits(), *, isolate
 
     Args:
         code: the program, run as ``main.py`` in its own temporary directory.
-        limits: the run's limits.
+        limits: the run's limits (default ``SandboxLimits()``).
         isolate: make the namespaces (network, PID, mount, user); False runs with the limits, the uid and the clean
             environment only (the user's ``--python-unsandboxed-network``).
         work_root: where the temporary directory is made (default: the system's temporary folder).
         python: the interpreter (default: this one, so the code sees the same installed packages).
     """
+    limits = limits or SandboxLimits()
     started = time.monotonic()
     uid, gid = _sandbox_ids()
     work_dir = tempfile.mkdtemp(prefix="venus-python-", dir=work_root)
@@ -249,10 +248,8 @@ def _collect(child: subprocess.Popen[bytes], limits: SandboxLimits, started: flo
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:
     """SIGKILL the run's process group; PID 1 of its namespace dies with it, and so does every process left there."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _outcome(output: bytes, cut: bool, stopped: str | None, status: list[str], limits: SandboxLimits,

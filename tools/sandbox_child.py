@@ -5,8 +5,9 @@ environment, its standard output and errors on one pipe and a status pipe on the
 It sets the sandbox up in three processes:
 
 1. the starter (this process) leaves the parent's namespaces: a new user namespace unless it runs as root (its
-   own uid is the only one mapped), mount, network (only a loopback that is down: no address is reachable), PID and IPC namespaces;
-   it makes every mount read-only, recursively, except the work directory, bind-mounted onto itself writable;
+   own uid is the only one mapped), mount, network (only a loopback that is down: no address is reachable), PID
+   and IPC namespaces; it makes every mount read-only, recursively, except the work directory, bind-mounted onto
+   itself writable;
 2. the first child is PID 1 of the new PID namespace: it mounts a fresh ``/proc`` (the parent's processes are not
    visible) and reaps; when it ends, the kernel kills every process left in the namespace (a fork bomb, a daemon);
 3. its child becomes the sandbox uid (``nobody`` when the parent is root, since root is exempt from the process
@@ -23,12 +24,15 @@ exists.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import resource
 import sys
 from typing import Any
+
+__all__: list[str] = []  # a script, not an API
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -51,7 +55,7 @@ PR_SET_NO_NEW_PRIVS = 38
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class SetupFailed(Exception):
+class _SetupFailed(Exception):
     """A sandbox step failed; the code does not run."""
 
 
@@ -63,11 +67,13 @@ class _MountAttr(ctypes.Structure):
 def _check(result: int, what: str) -> None:
     if result != 0:
         errno = ctypes.get_errno()
-        raise SetupFailed(f"{what}: {os.strerror(errno)} (errno {errno})")
+        raise _SetupFailed(f"{what}: {os.strerror(errno)} (errno {errno})")
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, what: str) -> None:
-    encode = (lambda text: None if text is None else text.encode())
+    def encode(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+
     _check(_libc.mount(encode(source), target.encode(), encode(fstype), ctypes.c_ulong(flags), None), what)
 
 
@@ -100,7 +106,7 @@ def leave_namespaces(work_dir: str, hidden: dict[str, list[str]]) -> None:
             _write("/proc/self/uid_map", f"{outer_uid} {outer_uid} 1\n")
             _write("/proc/self/gid_map", f"{outer_gid} {outer_gid} 1\n")
         except OSError as exc:
-            raise SetupFailed(f"writing the user namespace's id maps: {exc}") from None
+            raise _SetupFailed(f"writing the user namespace's id maps: {exc}") from None
     _mount(None, "/", None, MS_REC | MS_PRIVATE, "making the mounts private")
     _mount(work_dir, work_dir, None, MS_BIND, "binding the work directory")
     for folder, keep in hidden.items():
@@ -124,10 +130,9 @@ def expose_only(folder: str, keep: list[str]) -> None:
 
 def become_sandbox_user(uid: int, gid: int) -> None:
     """Step 3's first part: the sandbox uid and gid, no supplementary groups (where allowed), no new privileges."""
-    try:
+    # An unprivileged user namespace denies setgroups; its groups are then unmapped (nogroup) anyway.
+    with contextlib.suppress(OSError):
         os.setgroups([])
-    except OSError:
-        pass  # an unprivileged user namespace denies setgroups; its groups are then unmapped (nogroup) anyway
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
@@ -153,7 +158,7 @@ def run_code(config: dict[str, Any], status: int) -> None:
         os.set_inheritable(status, False)  # closed by the exec below: the code cannot write a status
         python = config["python"]
         os.execve(python, [python, "-I", "-u", "main.py"], config["env"])
-    except (OSError, SetupFailed) as exc:
+    except (OSError, _SetupFailed) as exc:
         os.write(status, f"error {exc}\n".encode())
         os._exit(127)
 
@@ -175,7 +180,7 @@ def main() -> None:
     try:
         if config["isolate"]:
             leave_namespaces(config["work_dir"], config["hidden"])
-    except SetupFailed as exc:
+    except _SetupFailed as exc:
         os.write(status, f"error {exc}\n".encode())
         os._exit(71)
     init = os.fork()  # with isolation, PID 1 of the new PID namespace
@@ -184,10 +189,10 @@ def main() -> None:
         _, wait_status = os.waitpid(init, 0)
         os._exit(os.waitstatus_to_exitcode(wait_status) % 256)
     if config["isolate"]:
-        try:  # the new PID namespace's own /proc: the parent's processes (and their environment) are not there
+        # The new PID namespace's own /proc: the parent's processes (and their environment) are not there. A /proc
+        # over-mounted by a container may refuse it; the parent's processes then stay out of reach by uid.
+        with contextlib.suppress(_SetupFailed):
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "mounting /proc")
-        except SetupFailed:
-            pass  # a /proc over-mounted by a container may refuse this; the user namespace still hides other uids
     os.write(status, b"ok\n")
     code = os.fork()
     if code == 0:
