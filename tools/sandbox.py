@@ -11,8 +11,8 @@ child set up by ``sandbox_child.py``:
 - an unprivileged uid: ``nobody`` when the parent runs as root (root is exempt from the process limit), else the
   parent's own uid, with ``no_new_privs`` (setuid programs do not raise it);
 - resource limits (``SandboxLimits``): CPU seconds, address space, processes, file size, open files, no core files;
-- a wall-clock limit (the parent kills the whole process group) and an output limit (the parent stops reading and
-  kills the run once it printed more);
+- a wall-clock limit (the parent has the namespace torn down, then kills the whole process group) and an output
+  limit (the parent stops reading and stops the run once it printed more);
 - an environment of its own (``PATH``, ``HOME`` and ``TMPDIR`` in the temporary directory, ``LANG``, one thread for
   the numeric libraries): none of the parent's variables, so none of its secrets;
 - the temporary directory is removed afterwards.
@@ -110,15 +110,15 @@ def _sandbox_ids() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def _interpreter_paths(python: str) -> list[str]:
+def _interpreter_paths(python: str | os.PathLike[str]) -> list[str]:
     """The folders the code's interpreter reads: its prefixes, its own folder and this process's import path."""
     found = [sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(python)), *sys.path]
     return list(dict.fromkeys(os.path.realpath(path) for path in found if path and os.path.isdir(path)))
 
 
 def _hidden_folders(paths: list[str], uid: int, gid: int) -> dict[str, list[str]]:
-    """For each folder that ``uid`` may not enter (root's home, 0700) on the way to one of ``paths``: the paths
-    under it. The sandbox covers each such folder and exposes only these paths in it."""
+    """For each folder that ``uid`` may not enter (root's home, pytest's 0700 temporary folders) on the way to one of
+    ``paths``: the paths under it. The sandbox covers each such folder and exposes only these paths in it."""
     hidden: dict[str, list[str]] = {}
     for path in paths:
         parts = Path(path).parts
@@ -188,7 +188,8 @@ def run_sandboxed(code: str, limits: SandboxLimits | None = None, *, isolate: bo
         if os.geteuid() == 0:  # nobody outside a user namespace: the limit counts its other processes too
             max_processes += _processes_of(uid)
         interpreter = str(python or sys.executable)
-        hidden = _hidden_folders(_interpreter_paths(interpreter), uid, gid) if isolate and uid != os.geteuid() else {}
+        reached = [*_interpreter_paths(interpreter), os.path.realpath(work_dir)]
+        hidden = _hidden_folders(reached, uid, gid) if isolate and uid != os.geteuid() else {}
         status_read, status_write = os.pipe()
         config = {
             "status_fd": status_write, "isolate": isolate, "work_dir": work_dir, "uid": uid, "gid": gid,
@@ -246,8 +247,17 @@ def _collect(child: subprocess.Popen[bytes], limits: SandboxLimits, started: flo
     return bytes(kept[: limits.max_output_bytes]), cut, stopped
 
 
+#: Seconds the starter gets to tear the namespace down (kill PID 1 and wait for it) before its group is killed.
+_TEARDOWN_S = 5.0
+
+
 def _kill_group(child: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the run's process group; PID 1 of its namespace dies with it, and so does every process left there."""
+    """Stop the run: SIGTERM to the starter, which kills PID 1 of the namespace and returns once every process there
+    is gone; then SIGKILL to the process group (what is left without a PID namespace, or of a starter that hung)."""
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(_TEARDOWN_S)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
 

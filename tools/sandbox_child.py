@@ -14,9 +14,11 @@ It sets the sandbox up in three processes:
    limit; the parent's own uid otherwise), sets ``no_new_privs`` and the resource limits, enters the work
    directory and executes ``python -I -u main.py`` with the environment the config gives.
 
-Each step reports to the status pipe: ``ok`` once set up, ``error <reason>`` when a step fails (the code then never
-runs), and ``exit N`` or ``signal N`` when the code ends. With ``isolate`` false (the user's
-``--python-unsandboxed-network``), steps 1 and 2 are skipped: only the limits, the uid and the clean environment hold.
+The parent stops a run with ``SIGTERM`` to the starter, which kills PID 1 and waits for it (the namespace is empty
+when it returns), then ``SIGKILL`` to the process group. Each step reports to the status pipe: ``ok`` once set up,
+``error <reason>`` when a step fails (the code then never runs), and ``exit N`` or ``signal N`` when the code ends.
+With ``isolate`` false (the user's ``--python-unsandboxed-network``), steps 1 and 2 are skipped: only the limits,
+the uid and the clean environment hold.
 
 Only the standard library is imported here (``-S`` leaves site-packages out): this file runs before any sandbox
 exists.
@@ -29,6 +31,7 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 from typing import Any
 
@@ -186,6 +189,9 @@ def main() -> None:
     init = os.fork()  # with isolation, PID 1 of the new PID namespace
     if init:
         os.close(status)
+        # The parent stops a run with SIGTERM to this process: kill PID 1 and wait, so that when this process ends,
+        # the namespace's teardown (every process in it killed and reaped) is over.
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGKILL))
         _, wait_status = os.waitpid(init, 0)
         os._exit(os.waitstatus_to_exitcode(wait_status) % 256)
     if config["isolate"]:
