@@ -321,3 +321,93 @@ def test_the_canonical_history_is_itself_well_formed(generated):
     again = parse_turn(parsed.content, TOOLS)
     assert again.well_formed and again.tool_call == parsed.tool_call, (parsed.content, again.errors)
     assert parsed.content.count("<tool_call>") == 1 and parsed.content.count("</think>") == 1
+
+
+# ----------------------------------------------------------------------------------------------- PythonInterpreter
+
+CODE_TOOLS = ("search", "visit", "PythonInterpreter")
+EMPTY_CALL = '{"name": "PythonInterpreter", "arguments": {}}'
+
+
+def code_turn(inside: str) -> protocol.ParsedTurn:
+    """A turn whose ``<tool_call>`` block holds ``inside`` (the call's JSON and its ``<code>`` block)."""
+    return parse_turn(assistant_content(f"Compute it.\n</think>\n\n<tool_call>\n{inside}"), CODE_TOOLS)
+
+
+def test_the_rl_loops_code_call_is_well_formed_and_kept_as_written():
+    """The RL prompt's shape (RL/scrl/llm_agent/dr_agent_loop.py): empty arguments, the code in a <code> block after
+    the JSON; the code is stripped, as the RL loop strips it, and the turn enters the history as generated."""
+    code = 'import numpy as np\n# Your code here\nprint(f"The result is: {np.mean([1,2,3])}")'
+    parsed = code_turn(f"{EMPTY_CALL}\n<code>\n{code}\n</code>\n</tool_call>")
+    assert parsed.well_formed, parsed.errors
+    assert parsed.tool_call == ToolCall("PythonInterpreter", {"code": code})
+    assert parsed.content == parsed.generated
+    assert parsed.content == canonical_turn("Compute it.", tool_call=parsed.tool_call)
+
+
+@pytest.mark.parametrize("code", [
+    'print("</tool_call>")',
+    "s = '</code>'\nprint(s)",
+    "s = '</code>' + '</tool_call>'\nprint(s)",
+    'print("{")  # an unbalanced brace and a " quote',
+])
+def test_tags_and_quotes_inside_the_code_stay_code(code):
+    """The code is Python, not JSON: </tool_call> and </code> inside its strings do not end it; the code ends at the
+    first </code> that only whitespace and </tool_call> follow."""
+    parsed = code_turn(f"{EMPTY_CALL}\n<code>\n{code}\n</code>\n</tool_call>")
+    assert parsed.well_formed, parsed.errors
+    assert parsed.tool_call == ToolCall("PythonInterpreter", {"code": code})
+
+
+def test_code_in_the_arguments_runs_and_the_history_gets_the_code_block():
+    """{"code": ...} in the arguments runs (the RL format check passes it), noted as code_in_arguments; the history
+    gets the RL prompt's shape, so the model only ever sees the trained format."""
+    parsed = code_turn('{"name": "PythonInterpreter", "arguments": {"code": "print(1 + 1)"}}\n</tool_call>')
+    assert parsed.usable and codes(parsed) == ["code_in_arguments"]
+    assert parsed.tool_call == ToolCall("PythonInterpreter", {"code": "print(1 + 1)"})
+    assert parsed.content.endswith(f"<tool_call>\n{EMPTY_CALL}\n<code>\nprint(1 + 1)\n</code>\n</tool_call>")
+
+
+def test_both_forms_run_the_code_block():
+    """A <code> block and arguments.code: the block runs, as in the RL loop (it reads the block first)."""
+    body = '{"name": "PythonInterpreter", "arguments": {"code": "print(2)"}}\n<code>\nprint(1)\n</code>\n</tool_call>'
+    parsed = code_turn(body)
+    assert parsed.usable and codes(parsed) == ["both_code_forms"]
+    assert parsed.tool_call == ToolCall("PythonInterpreter", {"code": "print(1)"})
+    assert parsed.content.endswith(f"{EMPTY_CALL}\n<code>\nprint(1)\n</code>\n</tool_call>")
+
+
+@pytest.mark.parametrize("inside, code", [
+    (f"{EMPTY_CALL}\n<code>\nprint(1)\n</tool_call>", "unclosed_code"),
+    (f"{EMPTY_CALL}\n<code>\nprint('</tool_call>')\n</tool_call>", "unclosed_code"),
+    (f"{EMPTY_CALL}\n<code>\nwhile True:\n    pri", "truncated_call"),
+    ('{"name": "search", "arguments": {"query": ["x"]}}\n<code>\nprint(1)\n</code>\n</tool_call>',
+     "code_for_other_tool"),
+])
+def test_broken_code_calls_never_run(inside, code):
+    """A <code> block without </code> before </tool_call> (the RL loop fails it too), a turn cut off inside its code,
+    and a <code> block after another tool's JSON are fatal: half-written code never runs."""
+    parsed = code_turn(inside)
+    assert parsed.kind == "malformed" and code in codes(parsed), parsed.errors
+    assert parsed.tool_call is None
+
+
+def test_a_code_call_without_the_close_tag_runs_as_an_unclosed_call():
+    parsed = code_turn(f"{EMPTY_CALL}\n<code>\nprint(3)\n</code>")
+    assert parsed.usable and codes(parsed) == ["unclosed_call"]
+    assert parsed.tool_call == ToolCall("PythonInterpreter", {"code": "print(3)"})
+    assert action_complete(f"x\n</think>\n<tool_call>\n{EMPTY_CALL}\n<code>\nprint(3)\n</code>")
+
+
+def test_a_code_call_is_an_unknown_tool_where_the_tool_is_not_given():
+    parsed = parse_turn(assistant_content(f"x\n</think>\n<tool_call>\n{EMPTY_CALL}\n<code>\n1\n</code>\n</tool_call>"),
+                        TOOLS)
+    assert codes(parsed) == ["unknown_tool"]
+
+
+def test_code_holding_the_close_tags_together_ends_there():
+    """The one spelling the rule cannot tell from the end: ``</code>`` then ``</tool_call>`` inside a string. The
+    call ends there (the RL loop's regexes end it there too); the rest is text after the action."""
+    parsed = code_turn(f"{EMPTY_CALL}\n<code>\ns = '</code></tool_call>'\n</code>\n</tool_call>")
+    assert parsed.tool_call == ToolCall("PythonInterpreter", {"code": "s = '"})
+    assert codes(parsed) == ["text_after_action"]

@@ -47,6 +47,7 @@ __all__ = [
     "ToolFailure",
     "ToolRegistry",
     "ToolResult",
+    "arguments_schema",
     "call_key",
     "coerce_arguments",
     "load_entry_point_tools",
@@ -71,7 +72,8 @@ class ToolFailure:
             ``empty`` (also a JavaScript-only page), ``not_text``, ``too_many_redirects``, ``http_error``,
             ``unreachable``, ``not_found``, ``bad_arguments``, ``backend_error``, ``not_recorded`` (replay of a
             call that was never recorded), ``cancelled`` (the session was cancelled during the call),
-            ``too_many_urls`` (a URL past visit's ``max_urls_per_call``).
+            ``too_many_urls`` (a URL past visit's ``max_urls_per_call``), ``code_error`` (code that ended with an
+            error status or signal), ``not_found`` (a tool that is off in this session).
         target: the URL or query the failure is about.
         detail: a human-readable sentence.
     """
@@ -246,6 +248,11 @@ class Tool(Protocol):
     ``{"type": "function", "function": {"name": ..., "description": ..., "parameters": {...}}}``.
     ``__call__`` receives arguments coerced by ``coerce_arguments`` and checked by ``validate_arguments``; when it
     also takes a keyword ``deadline`` (a ``Deadline``), it is given the session's and should stop by then.
+
+    Two optional attributes: ``arguments_schema``, a schema of the same shape whose ``parameters`` the arguments are
+    coerced to and checked against instead of ``schema``'s (``PythonInterpreter``: its prompt lists no argument, the
+    parser puts the ``<code>`` block in ``code``); ``listed = False`` keeps a tool out of the system prompt and the
+    grammar while its calls still run (a tool that is off and answers as the RL environment did).
     """
 
     name: str
@@ -484,7 +491,8 @@ class ToolRegistry:
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
-        return [tool.schema for tool in self._tools.values()]
+        """The schemas of the system prompt: every tool's but those with ``listed = False``."""
+        return [tool.schema for tool in self._tools.values() if getattr(tool, "listed", True)]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -506,7 +514,7 @@ class ToolRegistry:
         Raises:
             KeyError: unknown tool.
         """
-        return coerce_arguments(self.get(name).schema, arguments)
+        return coerce_arguments(arguments_schema(self.get(name)), arguments)
 
     def run(self, call: PreparedCall, *, deadline: Deadline | None = None) -> ToolResult:
         """Validate the prepared arguments and call the tool, under ``deadline`` when given
@@ -520,7 +528,7 @@ class ToolRegistry:
                 and was abandoned; ``interrupted_result`` gives what the model sees.
         """
         tool = self.get(call.name)
-        validate_arguments(tool.schema, call.arguments)
+        validate_arguments(arguments_schema(tool), call.arguments)
         if deadline is None:
             return tool(call.arguments)
         return call_with_deadline(tool, call.arguments, deadline)
@@ -538,6 +546,13 @@ class ToolRegistry:
     def call(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         """``run(prepare(name, arguments))``."""
         return self.run(self.prepare(name, arguments))
+
+
+def arguments_schema(tool: Tool) -> dict[str, Any]:
+    """The schema ``tool``'s arguments are coerced to and checked against: its ``arguments_schema`` if it has one,
+    else its ``schema``."""
+    schema: dict[str, Any] = getattr(tool, "arguments_schema", None) or tool.schema
+    return schema
 
 
 def unknown_tool_message(name: str, valid: Sequence[str]) -> str:

@@ -10,6 +10,7 @@ one class.
     ├── FetchError               a page could not be fetched; ``kind`` is a ``ToolFailure`` kind
     ├── PdfError                 bytes that are not a readable PDF (also a ValueError)
     ├── WebSearchError           no search engine answered a query
+    ├── SandboxUnavailable       the Python tool's sandbox cannot isolate code on this machine (also a RuntimeError)
     └── ToolInterrupted          a call stopped at its deadline; ``kind`` is a ``ToolFailure`` kind
         ├── ToolTimeout              the session's time limit (or the call's own cap) passed
         └── ToolCancelled            the session was cancelled
@@ -31,6 +32,7 @@ __all__ = [
     "EmptyCorpusError",
     "FetchError",
     "PdfError",
+    "SandboxUnavailable",
     "ToolArgumentError",
     "ToolCancelled",
     "ToolError",
@@ -50,6 +52,11 @@ class ToolArgumentError(ToolError, ValueError):
 
     The message is written for the model: it names the tool and the valid choices.
     """
+
+
+class SandboxUnavailable(ToolError, RuntimeError):
+    """Raised by ``PythonInterpreterTool`` when this machine cannot make the sandbox's namespaces and the user did not
+    pass ``--python-unsandboxed-network``; the message says why and what to pass."""
 
 
 class CorpusError(ToolError):

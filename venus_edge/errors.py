@@ -33,6 +33,7 @@ nothing from the package, so every part may import it.
     │   ├── FetchError              a page could not be fetched
     │   ├── PdfError                bytes that are not a readable PDF (also a ValueError)
     │   ├── WebSearchError          no search engine answered a query
+    │   ├── SandboxUnavailable      the Python tool cannot isolate code here (also a RuntimeError)
     │   └── ToolInterrupted         a call stopped at its deadline (the session's time limit or cancel)
     │       ├── ToolTimeout             the time limit passed
     │       └── ToolCancelled           the session was cancelled

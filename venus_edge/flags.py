@@ -30,7 +30,8 @@ SETTING_FLAGS = {
     "n_ctx": "--n-ctx", "answer_reserve_tokens": "--answer-reserve", "context_policy": "--context-policy",
     "max_tokens": "--max-tokens", "max_turns": "--max-turns", "time_limit_s": "--time-limit", "n_threads": "--threads",
     "kv_type": "--kv-type", "ram_bytes": "--ram", "keep_last": "--keep-last", "min_tool_calls": "--min-tool-calls",
-    "draft": "--draft",
+    "draft": "--draft", "python": "--python", "python_unsandboxed_network": "--python-unsandboxed-network",
+    "strict": "--strict",
 }
 
 #: The release that drops the old spellings of renamed flags (``add_deprecated_alias``).
@@ -128,6 +129,13 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
     parser.add_argument("--answer-reserve", type=count_argument(0), default=1_024, metavar="N",
                         help="tokens of n_ctx always kept free for the final answer, at least (default 1024; "
                              "grows to the longest turn seen)")
+    parser.add_argument("--python", action="store_true",
+                        help="turn on the PythonInterpreter tool: the model's code runs in a sandbox (no network, a "
+                             "fresh temporary folder, CPU, memory, process, output and time limits); off, a call gets "
+                             "'Error: Tool PythonInterpreter not found', as in DR-Venus's RL environment")
+    parser.add_argument("--python-unsandboxed-network", action="store_true",
+                        help="with --python, run code even where this machine cannot make the sandbox's namespaces "
+                             "(the code can then reach the network and write what this user may write)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -257,6 +265,10 @@ def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentP
         parser.error("--engine openai needs --base-url URL (e.g. http://127.0.0.1:8080)")
     if args.base_url and args.engine != "openai":
         parser.error("--base-url is for --engine openai")
+    if args.python_unsandboxed_network and not args.python:
+        parser.error("--python-unsandboxed-network goes with --python")
+    if args.python and args.strict:
+        parser.error("--strict's grammar has no <code> block for a PythonInterpreter call; drop --strict or --python")
 
 
 def check_key_text(key: str | None, what: str, parser: argparse.ArgumentParser) -> None:

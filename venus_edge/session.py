@@ -83,6 +83,11 @@ class SessionSettings:
         context_policy: at the context budget: ``force-answer``, ``keep-last-k`` or ``summarize``.
         keep_last: tool results kept whole by ``keep-last-k``.
         answer_reserve_tokens: tokens of n_ctx always kept free for the final answer, at least.
+        python: turn the ``PythonInterpreter`` tool on (``venus_edge.tools.python_interpreter``): the model's code
+            runs in a sandbox with limits and no network. Off, a call gets the RL environment's answer for a tool it
+            did not have (``Error: Tool PythonInterpreter not found``) and the prompt does not list the tool.
+        python_unsandboxed_network: with ``python``, run the code even where this machine cannot make the sandbox's
+            namespaces (no network or filesystem isolation then); without it such a session is refused.
     """
 
     model: str | None = None
@@ -113,10 +118,18 @@ class SessionSettings:
     context_policy: str = "force-answer"
     keep_last: int = 3
     answer_reserve_tokens: int = 1_024
+    python: bool = False
+    python_unsandboxed_network: bool = False
 
     def __post_init__(self) -> None:
         if self.engine == "openai" and not self.base_url:
             raise ValueError("engine 'openai' needs base_url, the model server (e.g. http://127.0.0.1:8080)")
+        if self.python_unsandboxed_network and not self.python:
+            raise ValueError("python_unsandboxed_network goes with python: it lets the Python tool run without its "
+                             "network sandbox; turn the tool on (python=True), or leave both off")
+        if self.python and self.strict:
+            raise ValueError("strict mode's grammar has no <code> block, so a PythonInterpreter call could carry no "
+                             "code; turn off strict or python")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SessionSettings:
@@ -132,6 +145,7 @@ class SessionSettings:
             strict=args.strict, min_tool_calls=args.min_tool_calls, required_calls=tuple(args.require_calls),
             context_policy=args.context_policy,
             keep_last=args.keep_last, answer_reserve_tokens=args.answer_reserve,
+            python=args.python, python_unsandboxed_network=args.python_unsandboxed_network,
         )
 
     def agent_config(self, *, logprobs: bool = False) -> AgentConfig:
@@ -243,6 +257,7 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
             allowed_networks=list(settings.allow_network), record_dir=settings.record, replay_dir=settings.replay,
             search_results=settings.search_results,
         )
+        tools.append(python_tool(settings))
     except (ToolError, ValueError, ImportError, OSError) as exc:
         raise SetupError(str(exc)) from exc
     loaded = None
@@ -256,6 +271,20 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
         close_tools(tools)
         if loaded is not None:
             loaded.close()
+
+
+def python_tool(settings: SessionSettings) -> Any:
+    """The session's ``PythonInterpreter``: the sandboxed tool with ``python``, else the unlisted stand-in that gives
+    the RL environment's answer.
+
+    Raises:
+        SandboxUnavailable: ``python`` where the sandbox cannot isolate code and ``python_unsandboxed_network`` is off.
+    """
+    from venus_edge.tools.python_interpreter import PythonInterpreterTool, python_interpreter_off
+
+    if not settings.python:
+        return python_interpreter_off()
+    return PythonInterpreterTool(unsandboxed_network=settings.python_unsandboxed_network)
 
 
 def _load_engine(settings: SessionSettings, samples: int) -> Any:

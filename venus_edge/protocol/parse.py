@@ -9,6 +9,11 @@ reference (DR-Venus ``Inference/run_demo.py`` reads the text between the first `
   are skipped, so a ``</tool_call>`` inside a string argument does not close the block; the block ends at the
   first ``</tool_call>`` outside strings, and a call whose JSON is cut off (no closing bracket, no close tag) is
   ``truncated_call`` and never runs;
+- a ``PythonInterpreter`` call (the RL loop's shape, ``RL/scrl/llm_agent/dr_agent_loop.py``) is the JSON
+  ``{"name": "PythonInterpreter", "arguments": {}}`` and then a ``<code>`` block inside the ``<tool_call>``; the JSON
+  ends the scan, the code is Python, not JSON, and ends at the first ``</code>`` followed only by whitespace and
+  ``</tool_call>`` (or the end of the text), so ``</code>`` and ``</tool_call>`` inside a Python string stay code;
+  the code goes into the call's ``code`` argument (stripped, as the RL loop strips it);
 - an answer ends at the first ``</answer>`` followed only by whitespace, another block or ``<tool_response>``;
 - the reasoning ends at the first ``</think>`` that an action follows; without any ``</think>``, at the start of
   the action the turn ends with.
@@ -39,8 +44,11 @@ from venus_edge.protocol.render import (
 )
 from venus_edge.text import valid_text
 from venus_edge.tools.base import unknown_tool_message
+from venus_edge.tools.python_interpreter import PYTHON_INTERPRETER_NAME
 
 __all__ = [
+    "CODE_CLOSE",
+    "CODE_OPEN",
     "FormatError",
     "ParsedTurn",
     "ToolCall",
@@ -157,7 +165,7 @@ def action_complete(generated: str) -> bool:
     without ``</think>``, such a block that the text ends with. A call quoted as an example in the middle of the
     reasoning is not an action. Cheap when the text does not end with a closing tag or bracket."""
     stripped = generated.rstrip()
-    if not stripped.endswith((TOOL_CALL_CLOSE, ANSWER_CLOSE, "}", "]")):
+    if not stripped.endswith((TOOL_CALL_CLOSE, ANSWER_CLOSE, CODE_CLOSE, "}", "]")):
         return False
     end = _reasoning_end(generated)
     if end is None:
@@ -181,6 +189,13 @@ def parse_turn(content: str, tool_names: Iterable[str]) -> ParsedTurn:
     ``no_action``, ``invalid_json``, ``missing_fields``, ``arguments_not_object``, ``unknown_tool``,
     ``truncated_call`` (cut off inside its JSON: a call is never run half-written), ``empty_answer``,
     ``unclosed_answer``.
+
+    A ``PythonInterpreter`` call: non-fatal ``code_in_arguments`` (the code given as ``arguments.code`` instead of a
+    ``<code>`` block: it runs, and the history gets the ``<code>`` shape) and ``both_code_forms`` (a ``<code>``
+    block and ``arguments.code``: the block runs, as in the RL loop, which reads the block first); fatal
+    ``unclosed_code`` (a ``<code>`` block with no ``</code>`` before ``</tool_call>``: the RL loop fails such a turn
+    too, and half-written code never runs), ``code_for_other_tool`` (a ``<code>`` block after another tool's JSON),
+    and ``truncated_call`` for a turn cut off inside its code.
 
     Departure from the reference: its format check (RL/verl/utils/reward_score/format_checker.py) passes a
     json5 body and fails any tag text written as content; here a json5 body is recorded (``lenient_json``,
@@ -243,11 +258,21 @@ def canonical_turn(reasoning: str, *, tool_call: ToolCall | None = None, answer:
     it: ``<think>\\n{reasoning}\\n</think>\\n\\n`` then ``<tool_call>\\n{json}\\n</tool_call>`` (``json.dumps``,
     ``ensure_ascii=False``, as SFT/data_clean/prepare_trajectories.py writes calls) or ``<answer>\\n...\\n</answer>``.
     Think tags written inside the reasoning are dropped (the reference cleaning drops stray tags from it too).
+
+    A ``PythonInterpreter`` call is written in the RL prompt's shape, ``{"name": "PythonInterpreter", "arguments":
+    {}}`` then ``<code>\\n{code}\\n</code>``, whichever form the model used: that is the shape the RL system prompt
+    asks for and the RL loop keeps in its history (it appends the turn as generated), and code stays readable there
+    rather than escaped inside a JSON string.
     """
     if (tool_call is None) == (answer is None):
         raise ValueError("a turn holds exactly one of tool_call and answer")
     thought = reasoning.replace(THINK_OPEN, "").replace(THINK_CLOSE, "").strip()
     head = f"{THINK_OPEN}\n{thought}\n{THINK_CLOSE}\n\n"
+    if tool_call is not None and tool_call.name == PYTHON_INTERPRETER_NAME and "code" in tool_call.arguments:
+        rest = {key: value for key, value in tool_call.arguments.items() if key != "code"}
+        call = json.dumps({"name": tool_call.name, "arguments": rest}, ensure_ascii=False)
+        code = f"{CODE_OPEN}\n{str(tool_call.arguments['code']).strip()}\n{CODE_CLOSE}"
+        return f"{head}{TOOL_CALL_OPEN}\n{call}\n{code}\n{TOOL_CALL_CLOSE}"
     if tool_call is not None:
         return f"{head}{TOOL_CALL_OPEN}\n{json.dumps(tool_call.to_dict(), ensure_ascii=False)}\n{TOOL_CALL_CLOSE}"
     return f"{head}{ANSWER_OPEN}\n{answer.strip() if answer else ''}\n{ANSWER_CLOSE}"
@@ -260,6 +285,10 @@ def check_format(content: str, tool_names: Iterable[str]) -> list[FormatError]:
 
 # ----------------------------------------------------------------------------------------------- block scanning
 
+#: The tags around a ``PythonInterpreter`` call's code, after the call's JSON (the RL system prompt's shape).
+CODE_OPEN, CODE_CLOSE = "<code>", "</code>"
+# The end of a call's code: a </code> that only whitespace and </tool_call> (or the end of the text) follow.
+_CODE_END_RE = re.compile(f"{re.escape(CODE_CLOSE)}(?=\\s*(?:{re.escape(TOOL_CALL_CLOSE)}|\\Z))")
 _STOP_RE = re.compile(re.escape(TOOL_RESPONSE_OPEN))
 _ACTION_OPEN_RE = re.compile(f"{re.escape(TOOL_CALL_OPEN)}|{re.escape(ANSWER_OPEN)}")
 _ANSWER_CLOSE_RE = re.compile(re.escape(ANSWER_CLOSE))
@@ -283,6 +312,8 @@ class _Block:
     body: str  # the inner text, stripped
     closed: bool
     complete: bool  # a call's JSON has ended or its close tag was written; an answer's close tag was written
+    code: str | None = None  # a PythonInterpreter call's <code> block, stripped (None: none, or never closed)
+    code_opened: bool = False  # a <code> block follows the call's JSON
 
 
 def _reasoning_end(body: str) -> tuple[int, int] | None:
@@ -325,6 +356,8 @@ def _call_block(text: str, start: int) -> _Block:
     outside strings. Unclosed, it stops at the next ``<tool_call>`` outside strings, or at the end of the text."""
     inner = start + len(TOOL_CALL_OPEN)
     value_end, close, stop = scan_call_body(text, inner)
+    if value_end is not None and close is None and text.startswith(CODE_OPEN, _skip_space(text, value_end)):
+        return _code_call_block(text, start, _skip_space(text, inner), value_end)
     if close is not None:
         value = _skip_space(text, inner)
         only_json = value_end is not None and not text[value_end:close].strip()
@@ -333,13 +366,32 @@ def _call_block(text: str, start: int) -> _Block:
     return _Block("tool_call", start, stop, text[inner:stop].strip(), False, value_end is not None)
 
 
+def _code_call_block(text: str, start: int, value: int, value_end: int) -> _Block:
+    """A call whose JSON (``text[value:value_end]``) a ``<code>`` block follows. The code ends at the first
+    ``</code>`` that only whitespace and ``</tool_call>`` or the end of the text follow; without one, the block is
+    closed by the first ``</tool_call>`` after ``<code>`` with its code unclosed, or, with none, cut off."""
+    code_start = _skip_space(text, value_end) + len(CODE_OPEN)
+    body = text[value:value_end]
+    end = _CODE_END_RE.search(text, code_start)
+    if end is not None:
+        after = _skip_space(text, end.end())
+        closed = text.startswith(TOOL_CALL_CLOSE, after)
+        stop = after + len(TOOL_CALL_CLOSE) if closed else end.end()
+        return _Block("tool_call", start, stop, body, closed, True, text[code_start : end.start()].strip(), True)
+    close = text.find(TOOL_CALL_CLOSE, code_start)
+    if close == -1:
+        return _Block("tool_call", start, len(text), body, False, False, None, True)
+    return _Block("tool_call", start, close + len(TOOL_CALL_CLOSE), body, True, True, None, True)
+
+
 def scan_call_body(text: str, start: int) -> tuple[int | None, int | None, int]:
     """Scan a call body from ``start`` once: ``(value_end, close, stop)``.
 
     ``value_end`` is the index just after the JSON (json5) object or array that the body opens with (None when it
     opens with something else or never closes); ``close`` is the index of the first ``</tool_call>`` outside
     strings (None when there is none); ``stop`` is where the scan stopped: ``close``, a ``<tool_call>`` outside
-    strings (the next block), or the end of the text. Strings in double quotes, and in single quotes where a
+    strings (the next block), ``value_end`` when a ``<code>`` block follows the JSON (its code is Python, scanned
+    by ``_code_call_block``), or the end of the text. Strings in double quotes, and in single quotes where a
     JSON5 value may start (so an apostrophe in prose opens none), with their escapes, and ``//`` and ``/* */``
     comments (after whitespace or a bracket or comma) are skipped.
     """
@@ -372,6 +424,8 @@ def scan_call_body(text: str, start: int) -> tuple[int | None, int | None, int]:
                 depth -= 1
                 if depth == 0 and opens_value and value_end is None:
                     value_end = index + 1
+                    if text.startswith(CODE_OPEN, _skip_space(text, value_end)):
+                        return value_end, None, value_end
             previous = char
         index += 1
     return value_end, None, len(text)
@@ -443,13 +497,19 @@ def _tool_call_turn(
     attempts: list[list[FormatError]] = []
     for block in calls[:MAX_CALLS_TRIED]:
         found: list[FormatError] = []
-        if not block.complete:  # cut off inside its JSON (the turn ran out of tokens): never run half a call
-            found.append(FormatError("truncated_call", "The tool call is cut off before its JSON ends.", fatal=True))
+        if not block.complete:  # cut off inside its JSON or code (out of tokens): never run half a call
+            where = "inside its <code> block" if block.code_opened else "before its JSON ends"
+            found.append(FormatError("truncated_call", f"The tool call is cut off {where}.", fatal=True))
+            attempts.append(found)
+            continue
+        if block.code_opened and block.code is None:
+            found.append(FormatError("unclosed_code", "The <code> block is not closed with </code> before "
+                                     "</tool_call>.", fatal=True))
             attempts.append(found)
             continue
         if not block.closed:
             found.append(FormatError("unclosed_call", "The <tool_call> block is not closed with </tool_call>.", False))
-        call = decode_call(block.body, tool_names, found)
+        call = decode_call(block.body, tool_names, found, code=block.code)
         if call is not None:
             for earlier in attempts:  # broken calls before the valid one: recorded, not fatal
                 errors.append(FormatError("skipped_call", "A broken call was skipped: " + earlier[-1].message, False))
@@ -474,14 +534,17 @@ def _finish(
     return ParsedTurn(history, content, reasoning, call, answer if usable else None, tuple(errors))
 
 
-def decode_call(raw: str, tool_names: set[str], errors: list[FormatError]) -> ToolCall | None:
+def decode_call(
+    raw: str, tool_names: set[str], errors: list[FormatError], *, code: str | None = None
+) -> ToolCall | None:
     """Decode a ``<tool_call>`` body into a call of a known tool, appending what was wrong to ``errors``.
 
     Leniency, in order: strict JSON; json5 (what the reference accepts); json-repair (Python literals, missing
     brackets, code fences, unescaped quotes); then the call's shape: a one-element list, an OpenAI-style
     ``{"function": {...}}`` wrapper, ``parameters`` for ``arguments``, and ``arguments`` as a JSON string.
-    Returns None (with a fatal error appended) when no call can be read; never raises, however deep or odd the
-    body.
+    ``code`` is the ``<code>`` block that followed the JSON, if any: it becomes the ``PythonInterpreter`` call's
+    ``code`` argument (see ``parse_turn`` for the errors of the two forms). Returns None (with a fatal error
+    appended) when no call can be read; never raises, however deep or odd the body.
     """
     payload, leniency = _load_lenient(raw)
     if payload is None:
@@ -517,7 +580,27 @@ def decode_call(raw: str, tool_names: set[str], errors: list[FormatError]) -> To
     if not isinstance(name, str) or name not in tool_names:
         errors.append(FormatError("unknown_tool", unknown_tool_message(str(name), sorted(tool_names)), fatal=True))
         return None
+    if name == PYTHON_INTERPRETER_NAME:
+        return ToolCall(name, _code_argument(arguments, code, errors))
+    if code is not None:
+        errors.append(FormatError("code_for_other_tool", f"A <code> block goes only with {PYTHON_INTERPRETER_NAME}; "
+                                  f"{name} takes its arguments in the JSON.", fatal=True))
+        return None
     return ToolCall(name, arguments)
+
+
+def _code_argument(arguments: dict[str, Any], code: str | None, errors: list[FormatError]) -> dict[str, Any]:
+    """A ``PythonInterpreter`` call's arguments with the code in ``code``: the ``<code>`` block's when there is one
+    (it wins over ``arguments.code``, as in the RL loop), else the arguments as given."""
+    if code is None:
+        if "code" in arguments:
+            errors.append(FormatError("code_in_arguments", "Put the code in a <code> block after the JSON, with "
+                                      "empty arguments, not in arguments.code.", fatal=False))
+        return arguments
+    if "code" in arguments:
+        errors.append(FormatError("both_code_forms", "The code is both in arguments.code and in a <code> block; "
+                                  "the <code> block was run.", fatal=False))
+    return {**arguments, "code": code}
 
 
 def _nesting_depth(value: Any) -> int:
