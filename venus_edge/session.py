@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig
     from venus_edge.engines.base import Engine, TextCompleter
     from venus_edge.memory.plan import KVType
+    from venus_edge.protocol.style import ObservationStyle
     from venus_edge.result import Result
 
 __all__: list[str] = []
@@ -83,6 +84,9 @@ class SessionSettings:
         context_policy: at the context budget: ``force-answer``, ``keep-last-k`` or ``summarize``.
         keep_last: tool results kept whole by ``keep-last-k``.
         answer_reserve_tokens: tokens of n_ctx always kept free for the final answer, at least.
+        observation_style: how the system prompt, the observations and the notices are rendered
+            (``protocol.style``): ``inference``, as the authors' inference code (default), or ``rl``, as the RL
+            rollouts that ``DR-Venus-4B-RL`` was trained on.
     """
 
     model: str | None = None
@@ -113,8 +117,12 @@ class SessionSettings:
     context_policy: str = "force-answer"
     keep_last: int = 3
     answer_reserve_tokens: int = 1_024
+    observation_style: ObservationStyle = "inference"  # protocol.DEFAULT_OBSERVATION_STYLE (a test checks)
 
     def __post_init__(self) -> None:
+        from venus_edge.protocol.style import observation_style  # here: `venus-edge --help` loads no protocol
+
+        observation_style(self.observation_style)  # an unknown style fails here, naming the styles
         if self.engine == "openai" and not self.base_url:
             raise ValueError("engine 'openai' needs base_url, the model server (e.g. http://127.0.0.1:8080)")
 
@@ -132,6 +140,7 @@ class SessionSettings:
             strict=args.strict, min_tool_calls=args.min_tool_calls, required_calls=tuple(args.require_calls),
             context_policy=args.context_policy,
             keep_last=args.keep_last, answer_reserve_tokens=args.answer_reserve,
+            observation_style=args.observation_style,
         )
 
     def agent_config(self, *, logprobs: bool = False) -> AgentConfig:
@@ -143,7 +152,7 @@ class SessionSettings:
             max_turns=self.max_turns, time_limit_s=self.time_limit_s, strict=self.strict, seed=self.seed,
             min_tool_calls=self.min_tool_calls, required_calls=self.required_calls,
             context_policy=self.context_policy, keep_last=self.keep_last,
-            answer_reserve_tokens=self.answer_reserve_tokens,
+            answer_reserve_tokens=self.answer_reserve_tokens, observation_style=self.observation_style,
             sampling=SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens, logprobs=logprobs),
         )
 
@@ -241,7 +250,7 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
         tools = default_tools(
             list(settings.corpus), web=settings.web, completer=None if settings.extractive_visit else completer,
             allowed_networks=list(settings.allow_network), record_dir=settings.record, replay_dir=settings.replay,
-            search_results=settings.search_results,
+            search_results=settings.search_results, observation_style=settings.observation_style,
         )
     except (ToolError, ValueError, ImportError, OSError) as exc:
         raise SetupError(str(exc)) from exc
