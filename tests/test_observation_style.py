@@ -181,3 +181,29 @@ def test_a_session_says_its_style_and_the_journal_keeps_it(style: str, tmp_path:
 
 def test_a_journal_from_before_the_setting_reads_as_inference() -> None:
     assert AgentConfig.from_dict({"max_turns": 3}).observation_style == "inference"
+
+
+def test_rl_limit_notice_is_a_plain_user_message_as_the_rl_loop_writes_it(tmp_path: Path) -> None:
+    """At the turn limit the rl style replaces the last observation with the RL loop's notice as it is (no
+    ``<tool_response>``), and the session ends as answered at the step limit."""
+    agent, journal = _search_then_answer("rl", tmp_path)
+    agent.config = AgentConfig(observation_style="rl", max_turns=1)
+    result = agent.run("a question")
+    assert result.termination == "answered_max_steps"
+    last_prompt = agent.engine.prompts[-1]  # type: ignore[attr-defined]
+    notice = protocol.limit_message("steps", "rl")
+    assert last_prompt.endswith(f"<|im_start|>user\n{notice}<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert "<tool_response>" not in last_prompt  # the notice replaced the search's observation
+    turn = read_journal(journal).trajectories[0].turns[-1]
+    assert turn.replaces_last_observation == notice
+
+
+def test_a_resumed_session_keeps_its_journals_style() -> None:
+    """``research --resume`` builds its tools in the style the journal's session started with."""
+    from venus_edge.cli import _journal_style
+
+    settings = SessionSettings(corpus=(Path("."),))
+    assert _journal_style(settings, {"observation_style": "rl"}).observation_style == "rl"
+    assert _journal_style(SessionSettings(observation_style="rl"), {}).observation_style == "inference"
+    with pytest.raises(ValueError, match="inference, rl"):
+        _journal_style(settings, {"observation_style": "sft"})
