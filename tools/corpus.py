@@ -54,6 +54,7 @@ import lxml.html
 import Stemmer
 from lxml import etree
 
+from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle, search_hit
 from venus_edge.tools.charset import decode_text
 from venus_edge.tools.errors import (
     DocumentNotFoundError,
@@ -102,11 +103,11 @@ class Hit:
     snippet: str
     date: str | None = None
 
-    def to_dict(self) -> dict[str, str]:
-        """The result as the observation shows it: a dated snippet begins ``Date published: {date}`` and a
-        blank line, as in the reference's search results (PROTOCOL.md)."""
-        snippet = f"Date published: {self.date}\n\n{self.snippet}" if self.date else self.snippet
-        return {"title": self.title, "url": self.url, "snippet": snippet}
+    def to_dict(self, style: ObservationStyle = DEFAULT_OBSERVATION_STYLE) -> dict[str, str]:
+        """The result as the observation shows it in ``style`` (``protocol.style.search_hit``): ``inference``, a
+        dated snippet begins ``Date published: {date}`` and a blank line, as in the reference's search results
+        (PROTOCOL.md); ``rl``, the date is a key of its own, ``""`` when there is none, as in the RL rollouts."""
+        return search_hit(self.title, self.url, self.snippet, self.date, style)
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ with default separators, so key order matters) into the system prompt the model 
 schema of DR-Venus's SFT data (``SFT/data_clean/prepare_trajectories.py``).
 
 The observation is ``json.dumps([{"query": q, "web_page_info_list": [{"title", "url", "snippet"}, ...]}, ...],
-ensure_ascii=False)``, one object per query, top 10 results each. A query whose backend fails is shown with an
-empty ``web_page_info_list`` (the shape the SFT cleaning gives a failed search) and reported as a
-``backend_error`` ``ToolFailure``; the tool never raises into the loop for it.
+ensure_ascii=False)``, one object per query, top 10 results each; in the ``rl`` observation style every hit also
+has a ``date`` key (``protocol.style``; ``"date": ""`` when the hit has none), as in the RL rollouts. A query whose
+backend fails is shown with an empty ``web_page_info_list`` (the shape the SFT cleaning gives a failed search) and
+reported as a ``backend_error`` ``ToolFailure``; the tool never raises into the loop for it.
 
 A backend that retries (the web backend falls back between engines and backs off when they rate-limit) may keep
 an append-only ``attempts`` list of ``BackendAttempt``s. ``SearchTool`` reports the entries one query added as
@@ -25,6 +26,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle, observation_style
 from venus_edge.tools.base import Deadline, ToolAttempt, ToolFailure, ToolResult, as_list, takes_deadline
 from venus_edge.tools.corpus import Corpus, Hit
 
@@ -102,14 +104,17 @@ class SearchTool:
     Args:
         backend (`SearchBackend`): where results come from.
         top_k (`int`, default `10`): results per query (the reference tool returns the top 10).
+        style (`str`, default `"inference"`): the observation style of the hits (``protocol.style``).
     """
 
     name = "search"
 
-    def __init__(self, backend: SearchBackend, *, top_k: int = DEFAULT_TOP_K) -> None:
+    def __init__(self, backend: SearchBackend, *, top_k: int = DEFAULT_TOP_K,
+                 style: ObservationStyle = DEFAULT_OBSERVATION_STYLE) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         self.backend = backend
+        self.style = observation_style(style)
         self.top_k = top_k
         self.schema = json.loads(json.dumps(SEARCH_SCHEMA))  # a private copy: callers cannot edit the constant
 
@@ -126,7 +131,7 @@ class SearchTool:
                 hits, failure, tried = [], deadline.failure(query), []
             else:
                 hits, failure, tried = self._search_one(query, deadline)
-            blocks.append({"query": query, "web_page_info_list": [hit.to_dict() for hit in hits]})
+            blocks.append({"query": query, "web_page_info_list": [hit.to_dict(self.style) for hit in hits]})
             if failure is not None:
                 failures.append(failure)
             attempts.extend(tried)
@@ -178,6 +183,7 @@ def format_search_observation(blocks: list[dict[str, Any]]) -> str:
 def parse_search_observation(text: str) -> list[dict[str, Any]] | None:
     """The blocks of a search observation (the text inside ``<tool_response>``; the inverse of
     ``format_search_observation``): ``[{"query": str, "web_page_info_list": [{"title", "url", "snippet"}, ...]}]``
+    (a hit of the ``rl`` style also has its ``date``)
     with every hit a dict. None for any other text (a page, a notice, an error)."""
     try:
         blocks = json.loads(text)

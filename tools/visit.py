@@ -7,8 +7,9 @@ Source: PROTOCOL.md, "Tools and observation shapes", and the reference tool (DR-
     Evidence in page: \\n{evidence}\\n\\n
     Summary: \\n{summary}\\n\\n
 
-one block per URL, joined with ``"\\n=======\\n"``, the whole ``.strip()``'ed. A page that cannot be read gets
-fixed evidence and summary texts (``UNREADABLE_EVIDENCE``, ``UNREADABLE_SUMMARY``) and a typed ``ToolFailure``.
+one block per URL, joined with ``"\\n=======\\n"``, the whole ``.strip()``'ed (not in the ``rl`` observation style:
+the RL rollouts' visit observations end with the blocks' blank line, ``protocol.style``). A page that cannot be read
+gets fixed evidence and summary texts (``UNREADABLE_EVIDENCE``, ``UNREADABLE_SUMMARY``) and a typed ``ToolFailure``.
 
 Per URL: read (``corpus://`` from a ``Corpus``, ``http(s)`` through ``fetch.fetch_page``; the URLs of one call
 are read concurrently, up to ``max_concurrent_reads`` at a time), extract passages
@@ -46,6 +47,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle, observation_style, protocol_style
 from venus_edge.tools.base import Deadline, TextCompleter, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import URL_SCHEME, Corpus
 from venus_edge.tools.errors import DocumentNotFoundError, FetchError, UnreadableDocumentError
@@ -166,6 +168,8 @@ class VisitTool:
             ``too_many_urls`` failure.
         max_call_s (`float`, default `900.0`): seconds one call may take (the reference's cap), within the
             session's deadline when one is given.
+        style (`str`, default `"inference"`): the observation style (``protocol.style``): ``inference`` strips the
+            observation, ``rl`` keeps each block's trailing blank line as the RL rollouts show it.
     """
 
     name = "visit"
@@ -188,6 +192,7 @@ class VisitTool:
         allowed_networks: Sequence[str] = (),
         max_urls_per_call: int = DEFAULT_MAX_URLS_PER_CALL,
         max_call_s: float = DEFAULT_MAX_CALL_S,
+        style: ObservationStyle = DEFAULT_OBSERVATION_STYLE,
     ) -> None:
         names = [corpus.name for corpus in corpora]
         if len(set(names)) != len(names):
@@ -214,6 +219,7 @@ class VisitTool:
         self.max_concurrent_reads = max_concurrent_reads
         self.max_urls_per_call = max_urls_per_call
         self.max_call_s = max_call_s
+        self.style = observation_style(style)
         self.allowed_networks = tuple(allowed_networks)
         for network in self.allowed_networks:
             ipaddress.ip_network(network, strict=False)  # a bad entry fails here, not at the first fetch
@@ -245,7 +251,7 @@ class VisitTool:
                 failures.append(failure)
         # One block per URL as named, repeats included: the observation stays the reference's.
         sections = [section_of[url] for url in urls]
-        return ToolResult(URL_SEPARATOR.join(sections).strip(), tuple(visited), tuple(f for f in failures if f))
+        return ToolResult(self._observation(sections), tuple(visited), tuple(f for f in failures if f))
 
     def failure_result(self, arguments: dict[str, Any], failure: ToolFailure) -> ToolResult:
         """What the model sees for a call that was abandoned (``ToolRegistry.interrupted_result``): the fixed
@@ -254,7 +260,13 @@ class VisitTool:
         urls = [str(u) for u in as_list(arguments.get("url", []))]
         sections = [format_visit_section(url, goal, UNREADABLE_EVIDENCE, UNREADABLE_SUMMARY) for url in urls]
         failures = tuple(ToolFailure(failure.kind, url, failure.detail) for url in urls)
-        return ToolResult(URL_SEPARATOR.join(sections).strip(), failures=failures or (failure,))
+        return ToolResult(self._observation(sections), failures=failures or (failure,))
+
+    def _observation(self, sections: Sequence[str]) -> str:
+        """The blocks of one call as its observation text: joined by ``URL_SEPARATOR``, stripped in the
+        ``inference`` style (the reference's ``.strip()``), as they are in ``rl``."""
+        text = URL_SEPARATOR.join(sections)
+        return text.strip() if protocol_style(self.style).strip_visit else text
 
     def close(self) -> None:
         """Close the HTTP client if this tool created it (a client passed in stays open)."""

@@ -27,7 +27,8 @@ In the order ``clean_samples`` applies them (each rule is ``rule(sample, context
 
 Departure from the reference: a dated search result keeps its date as the runtime shows it (``Date published:
 ...`` and a blank line, PROTOCOL.md), where the reference cleaning strips it; the model then sees in training what
-it sees at inference.
+it sees at inference. With ``observation_style="rl"`` (``protocol.style``) the data is written as the RL rollouts
+show it instead: the RL system prompt (three tools, no newline after the date) and search hits with a ``date`` key.
 """
 
 from __future__ import annotations
@@ -41,14 +42,17 @@ from typing import Any
 
 from venus_edge.eval.metrics import exact_match
 from venus_edge.protocol import (
+    DEFAULT_OBSERVATION_STYLE,
     TOOL_CALL_OPEN,
     TOOL_RESPONSE_CLOSE,
     TOOL_RESPONSE_OPEN,
+    ObservationStyle,
     ToolCall,
     canonical_turn,
     check_format,
     is_observation,
     observation,
+    observation_style,
     parse_turn,
     render_system_prompt,
 )
@@ -99,11 +103,17 @@ class CleanContext:
         today: the date of the system prompt's ``Current date:`` line (the reference writes a fixed 2026-03-01).
         tool_schemas: the tools the cleaned data may call, in the system prompt's order (search and visit).
         judge: the correctness filter of ``keep_correct``; None keeps every sample.
+        observation_style: the style of the system prompt and of converted search results (``protocol.style``):
+            ``inference`` (the authors' inference code) or ``rl`` (their RL rollouts).
     """
 
     today: Date | str
     tool_schemas: tuple[Mapping[str, Any], ...] = (SEARCH_SCHEMA, VISIT_SCHEMA)
     judge: Judge | None = None
+    observation_style: ObservationStyle = DEFAULT_OBSERVATION_STYLE
+
+    def __post_init__(self) -> None:
+        observation_style(self.observation_style)  # an unknown style fails here, naming the styles
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -123,7 +133,8 @@ def fix_text(sample: Sample, context: CleanContext) -> Sample:
 
 def set_system_prompt(sample: Sample, context: CleanContext) -> Sample:
     """Make the first message the runtime's system prompt for ``context.tool_schemas`` and ``context.today``."""
-    system = {"role": "system", "content": render_system_prompt(context.tool_schemas, context.today)}
+    system = {"role": "system", "content": render_system_prompt(context.tool_schemas, context.today,
+                                                                   style=context.observation_style)}
     rest = sample.messages[1:] if sample.messages and sample.messages[0]["role"] == "system" else sample.messages
     return sample.replace_messages([system, *rest])
 
@@ -133,10 +144,11 @@ _RESULT_START = re.compile(r"^[ \t]*\d+\.[ \t]+\[", re.MULTILINE)
 _DATE_LINE = re.compile(r"^\s*Date\s+(?:published|updated)\s*:\s*(?P<date>.+?)\s*$", re.IGNORECASE)
 
 
-def parse_markdown_search(text: str) -> list[dict[str, Any]] | None:
+def parse_markdown_search(text: str, style: ObservationStyle = DEFAULT_OBSERVATION_STYLE,
+                          ) -> list[dict[str, Any]] | None:
     """The blocks of a Markdown search result (the open data's shape) as ``[{"query", "web_page_info_list"}]``,
-    or None when ``text`` is not one. A result is ``N. [title](url)`` (brackets and parentheses may nest), then
-    an optional ``Date published:`` line, then the snippet lines."""
+    its hits shown in ``style`` (``Hit.to_dict``), or None when ``text`` is not one. A result is ``N. [title](url)``
+    (brackets and parentheses may nest), then an optional ``Date published:`` line, then the snippet lines."""
     if "## Web Results" not in text and not _SEARCH_HEADER.search(text):
         return None
     headers = list(_SEARCH_HEADER.finditer(text))
@@ -147,7 +159,7 @@ def parse_markdown_search(text: str) -> list[dict[str, Any]] | None:
         query = raw_query.strip()
         if len(query) >= 2 and query[0] == query[-1] and query[0] in "'\"":
             query = query[1:-1]
-        blocks.append({"query": query, "web_page_info_list": [hit.to_dict() for hit in _hits(text[start:end])]})
+        blocks.append({"query": query, "web_page_info_list": [hit.to_dict(style) for hit in _hits(text[start:end])]})
     return blocks
 
 
@@ -207,7 +219,7 @@ def convert_search_results(sample: Sample, context: CleanContext) -> Sample:
         after_search = bool(messages) and _call_name(messages[-1], context) == "search"
         if after_search and _is_response(message):
             body = _observation_body(message["content"])
-            blocks = None if body.lstrip().startswith("[") else parse_markdown_search(body)
+            blocks = None if body.lstrip().startswith("[") else parse_markdown_search(body, context.observation_style)
             if blocks is not None:
                 message = {"role": "user", "content": observation(format_search_observation(blocks))}
         messages.append(message)

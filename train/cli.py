@@ -16,6 +16,8 @@ from datetime import date as Date
 from pathlib import Path
 from typing import Any
 
+from venus_edge.flags import OBSERVATION_STYLE_CHOICES
+
 __all__ = ["add_command", "run"]
 
 
@@ -44,6 +46,9 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     clean.add_argument("--out", type=Path, required=True, metavar="OUT.jsonl", help="the cleaned rows")
     clean.add_argument("--date", default=None, metavar="YYYY-MM-DD",
                        help="the system prompt's date line (default today; the reference wrote 2026-03-01)")
+    clean.add_argument("--observation-style", choices=OBSERVATION_STYLE_CHOICES, default=OBSERVATION_STYLE_CHOICES[0],
+                       help="write the data as the authors' inference code shows it (default) or as their RL rollouts "
+                            "do: rl (README, Observation styles)")
     clean.add_argument("--keep-correct", action="store_true",
                        help="keep only samples whose final answer matches the ground truth (normalized exact match)")
     clean.add_argument("--max-turns", type=int, default=None, metavar="N", help="drop samples longer than N turns")
@@ -88,6 +93,9 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     toy.add_argument("--detour-share", type=float, default=0.0, metavar="S",
                      help="share of oracle sessions whose first visit opens a wrong page, then the right one "
                           "(imperfect demonstrations: errors in research turns; default 0)")
+    toy.add_argument("--observation-style", choices=OBSERVATION_STYLE_CHOICES, default=OBSERVATION_STYLE_CHOICES[0],
+                     help="the oracle sessions' prompt and observations: inference (default) or rl (README, "
+                          "Observation styles)")
     toy.set_defaults(_command_parser=toy)
 
     tiny = sub.add_parser("tiny-model", help="a random tiny Qwen3 with a small BPE vocabulary trained on your texts",
@@ -141,7 +149,8 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (FileNotFoundError, ValueError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
-    context = CleanContext(today, judge=exact_match_judge if args.keep_correct else None)
+    context = CleanContext(today, judge=exact_match_judge if args.keep_correct else None,
+                           observation_style=args.observation_style)
     samples, report = clean_samples(loaded.samples, context)
     lines = [f"# Cleaning {', '.join(str(p) for p in args.inputs)}", ""]
     if loaded.rejected:
@@ -233,7 +242,7 @@ def _toy_world(args: argparse.Namespace) -> int:
         return 2
     world = generate_world(args.out, people=args.people, seed=args.seed)
     correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share,
-                                seed=args.seed)
+                                seed=args.seed, observation_style=args.observation_style)
     print(
         f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
         f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}"

@@ -46,6 +46,7 @@ from datetime import date as Date
 from pathlib import Path
 from typing import Any, ClassVar
 
+from venus_edge.protocol import OBSERVATION_STYLES, observation_style
 from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
 from venus_edge.train.config import ConfigFile, check_run_settings, require
 from venus_edge.train.errors import RolloutServerError
@@ -110,6 +111,9 @@ class IGPOConfig(ConfigFile):
     top_k: int = field(default=0, metadata={"help": "the rollouts' top-k sampling (0: off)"})
     presence_penalty: float = field(default=0.0, metadata={"help": "the rollouts' presence penalty"})
     search_results: int = field(default=10, metadata={"help": "results of a search call"})
+    observation_style: str = field(default="inference", metadata={
+        "help": "how the rollouts' prompt and observations are written: inference (the authors' inference code) or "
+                "rl (their RL rollouts; README, Observation styles)"})
     rollout_server: str | None = field(default=None, metadata={
         "help": "none (rollouts in this process), llama-server (a managed llama.cpp server on the policy's GGUF "
                 "export) or the URL of a running OpenAI-compatible server (needs sync_command)"})
@@ -136,6 +140,9 @@ class IGPOConfig(ConfigFile):
             require(value >= least, f"{name} must be >= {least}, got {value}", setting=name, value=value)
 
     def _check_algorithm(self) -> None:
+        require(self.observation_style in OBSERVATION_STYLES, f"observation_style must be one of "
+                f"{', '.join(OBSERVATION_STYLES)}, got {self.observation_style!r}", setting="observation_style",
+                value=self.observation_style)
         require(self.normalization in NORMALIZATIONS, f"normalization must be one of {', '.join(NORMALIZATIONS)}, "
                 f"got {self.normalization!r}", setting="normalization", value=self.normalization)
         require(self.ig_kind in ("logprob", "prob"), f"ig_kind must be logprob or prob, got {self.ig_kind!r}",
@@ -293,7 +300,8 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                         config.max_turns + 2)
                     agent_config = AgentConfig(max_turns=config.max_turns, max_retries=1, sampling=sampling,
                                                seed=rollout_seed, today=today,
-                                               answer_reserve_tokens=min(1024, config.n_ctx // 4))
+                                               answer_reserve_tokens=min(1024, config.n_ctx // 4),
+                                               observation_style=observation_style(config.observation_style))
                     engine = local_engine if served is None else RecordingEngine(served)  # noqa: B023
                     return run_rollout(
                         engine, tools.get(), example.question, example.answers,
@@ -375,7 +383,8 @@ class _ToolsPerThread:
 
         tools = getattr(self._local, "tools", None)
         if tools is None:
-            tools = default_tools(list(self._config.corpus), search_results=self._config.search_results)
+            tools = default_tools(list(self._config.corpus), search_results=self._config.search_results,
+                                  observation_style=observation_style(self._config.observation_style))
             self._local.tools = tools
             with self._lock:
                 self._made.append(tools)

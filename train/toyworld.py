@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from venus_edge.jsonl import iter_records
-from venus_edge.protocol import IM_END, IM_START, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
+from venus_edge.protocol import IM_END, IM_START, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN, protocol_style
 from venus_edge.train.errors import OracleGaveUp
 
 __all__ = ["Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy", "research_errors",
@@ -335,12 +335,14 @@ def oracle_policy(question: ToyQuestion, *, detour: bool = False,
 
 
 def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *, detour_share: float = 0.0,
-               seed: int = 0) -> tuple[int, int]:
+               seed: int = 0, observation_style: str = "inference") -> tuple[int, int]:
     """Run the oracle on each question through ``Agent`` with the corpus's search and extractive visit tools,
     appending every session to ``journal``; returns (sessions answered correctly, sessions run).
 
     ``detour_share``: the share of sessions (drawn per question from ``seed``) whose first visit opens a wrong page
     (``oracle_policy(detour=True)``; never a page the question needs, read from the subject's page in ``corpus``).
+    ``observation_style``: how the sessions' prompt and observations are written (``protocol.style``: ``inference``
+    or ``rl``); the journal records it.
 
     Raises:
         ValueError: ``detour_share`` outside [0, 1].
@@ -351,7 +353,8 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *,
     from venus_edge.testing import ScriptedEngine
     from venus_edge.toolbox import close_tools, default_tools
 
-    tools = default_tools([corpus])
+    style = protocol_style(observation_style).name  # an unknown style fails here, before any session
+    tools = default_tools([corpus], observation_style=style)
     rng = random.Random(seed)
     correct = 0
     try:
@@ -360,7 +363,7 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *,
             engine = ScriptedEngine(turns=oracle_policy(question, detour=detour, needed=_needed_besides_subject(
                 question, corpus) if detour else frozenset()))
             try:
-                result = Agent(engine, tools, config=AgentConfig(max_turns=8, max_retries=1),
+                result = Agent(engine, tools, config=AgentConfig(max_turns=8, max_retries=1, observation_style=style),
                                trajectory_path=journal).run(question.question)
             except OracleGaveUp:  # the journal keeps the session without an end: cleaning skips it
                 continue

@@ -139,6 +139,9 @@ class AgentConfig:
         grammar_limits: length bounds used in strict mode.
         seed: base sampling seed; attempt ``k`` of the session samples with ``seed + k``.
         today: the date written into the system prompt (default: today).
+        observation_style: how the system prompt, the format-error and limit notices (and, through the tools
+            built with the same style, the observations) are written: ``inference`` (the authors' inference code)
+            or ``rl`` (the RL rollouts), ``protocol.style``. The journal keeps it, so a resumed session keeps it.
     """
 
     max_turns: int = 200
@@ -158,8 +161,10 @@ class AgentConfig:
     grammar_limits: GrammarLimits = field(default_factory=GrammarLimits)
     seed: int = 0
     today: Date | None = None
+    observation_style: protocol.ObservationStyle = protocol.DEFAULT_OBSERVATION_STYLE
 
     def __post_init__(self) -> None:
+        protocol.observation_style(self.observation_style)  # an unknown style fails here, naming the styles
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.max_retries < 1:
@@ -286,7 +291,8 @@ class Agent:
         is computed from the system prompt's real length, so following it works."""
         n_ctx, reserve = self.engine.n_ctx, config.answer_reserve_tokens
         system = protocol.render_messages([{"role": "system", "content": protocol.render_system_prompt(
-            self.registry.schemas, config.today or Date.today())}], add_generation_prompt=False)
+            self.registry.schemas, config.today or Date.today(), style=config.observation_style)}],
+            add_generation_prompt=False)
         system_tokens = len(self.engine.tokenize(system))
         room = min(n_ctx - reserve, config.max_prompt_tokens) - system_tokens
         if room >= MIN_RESEARCH_TOKENS:
@@ -538,7 +544,8 @@ class _Session:
         self.resumed = resumed
         self.session_id = resumed.session_id if resumed else session_id or uuid.uuid4().hex
         self.system_prompt = (resumed.system_prompt if resumed else
-                              protocol.render_system_prompt(agent.registry.schemas, self.config.today or Date.today()))
+                              protocol.render_system_prompt(agent.registry.schemas, self.config.today or Date.today(),
+                                                            style=self.config.observation_style))
         self.messages: list[dict[str, str]] = [
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": self.question},
@@ -563,7 +570,7 @@ class _Session:
         self._sampled: dict[int, _Sampled] = {}  # message index -> how the turn it holds was sampled
         self._recorded_samples = 0  # samples accounted for in journal records (see _new_samples)
         self._notice_tokens = len(self.engine.tokenize(protocol.render_messages(
-            [{"role": "user", "content": protocol.observation(protocol.CONTEXT_LIMIT_NOTICE)}],
+            [{"role": "user", "content": protocol.limit_message("context", self.config.observation_style)}],
             add_generation_prompt=True)))
 
     @property
@@ -679,7 +686,8 @@ class _Session:
 
     def _loop(self) -> Generator[Event, None, Result]:
         prompt_tokens = len(self._prompt_ids())
-        model = self.engine.model_info()
+        # The style is part of what the model is shown, so the session says it where it says which model runs.
+        model = {**self.engine.model_info(), "observation_style": self.config.observation_style}
         if self.journal and not self.resumed:
             self.journal_started = True
             self.journal.start(
@@ -735,7 +743,8 @@ class _Session:
                 result, tool_s = yield from self._call_tool(step, attempt.call)
                 text = protocol.observation(result.text)
             else:
-                result, text, tool_s = ToolResult(""), protocol.observation(protocol.FORMAT_ERROR_NOTICE), None
+                text = protocol.format_error_message(self.config.observation_style)
+                result, tool_s = ToolResult(""), None
             self.messages.append({"role": "user", "content": text})
             yield from self._record_turn(step, attempt, text, result, tool_s)
             used = len(self._prompt_ids())
@@ -746,7 +755,7 @@ class _Session:
                     return ended
             step += 1
         yield LimitReached(self.config.max_turns, "turns", f"{self.config.max_turns} turns used")
-        return (yield from self._force_answer(self.config.max_turns, protocol.STEP_LIMIT_NOTICE,
+        return (yield from self._force_answer(self.config.max_turns, "steps",
                                               ANSWERED_MAX_STEPS, MAX_STEPS))
 
     def _resume_point(self, step: int) -> Generator[Event, None, Result | None]:
@@ -754,8 +763,8 @@ class _Session:
         did not answer: the end record alone was lost), or past its budget. None means: go on with turn ``step``."""
         last = self.resumed.turns[-1] if self.resumed and self.resumed.turns else None
         if last is not None and last.observation is None:
-            notice = last.replaces_last_observation or ""
-            by_context, by_steps = protocol.CONTEXT_LIMIT_NOTICE in notice, protocol.STEP_LIMIT_NOTICE in notice
+            limit = protocol.limit_kind(last.replaces_last_observation or "")
+            by_context, by_steps = limit == "context", limit == "steps"
             if last.kind == "answer":
                 termination = ANSWERED_TOKEN_LIMIT if by_context else ANSWERED_MAX_STEPS if by_steps else ANSWERED
                 answer = protocol.parse_turn(last.content, self.agent.registry.names).answer
@@ -785,7 +794,7 @@ class _Session:
             context = replace(context, notes=notes)
         compaction = self.policy.compact(context)
         if compaction is None:
-            return (yield from self._force_answer(next_step, protocol.CONTEXT_LIMIT_NOTICE,
+            return (yield from self._force_answer(next_step, "context",
                                                   ANSWERED_TOKEN_LIMIT, TOKEN_LIMIT_NO_ANSWER))
         self._apply(compaction)
         after = self._prompt_ids()
@@ -804,7 +813,7 @@ class _Session:
         if len(after) > self.budget or len(after) >= len(before):  # freed too little: the answer, not a loop
             yield LimitReached(step, "context", f"prompt is {len(after):,} tokens after compaction "
                                                 f"({len(before):,} before); budget is {self.budget:,}")
-            return (yield from self._force_answer(next_step, protocol.CONTEXT_LIMIT_NOTICE,
+            return (yield from self._force_answer(next_step, "context",
                                                   ANSWERED_TOKEN_LIMIT, TOKEN_LIMIT_NO_ANSWER))
         return None
 
@@ -852,11 +861,13 @@ class _Session:
     def _count_tokens(self, messages: Sequence[Mapping[str, str]]) -> int:
         return len(self._prompt_ids(messages))
 
-    def _force_answer(self, step: int, notice: str, ok: str, failed: str) -> Generator[Event, None, Result]:
-        """Replace the last observation by ``notice`` and generate one more turn (reference ``_force_answer``)."""
+    def _force_answer(self, step: int, limit: protocol.LimitKind, ok: str, failed: str,
+                      ) -> Generator[Event, None, Result]:
+        """Replace the last observation by the notice of ``limit`` and generate one more turn (reference
+        ``_force_answer``); the notice is the observation style's (``protocol.limit_message``)."""
         # The notice replaces the last observation (the reference); after a user message of its own (the question,
-        # a summarize restart) it comes as a tool response of its own, so that nothing the model was told is lost.
-        self.pending_notice = protocol.observation(notice)
+        # a summarize restart) it comes as a message of its own, so that nothing the model was told is lost.
+        self.pending_notice = protocol.limit_message(limit, self.config.observation_style)
         if protocol.is_observation(self.messages[-1]["content"]) and len(self.messages) > 2:
             self.messages[-1] = {"role": "user", "content": self.pending_notice}
         else:

@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -244,7 +245,12 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.resume is not None:  # a journal with nothing to resume, or a session being written, before the model loads
         from venus_edge.agent import resumable_session
 
-        args.session = resumable_session(args.resume, args.session).session_id
+        resumed = resumable_session(args.resume, args.session)
+        args.session = resumed.session_id
+        try:
+            settings = _journal_style(settings, resumed.header.get("config"))
+        except ValueError as exc:
+            parser.error(f"--resume {shown_path(args.resume)}: {exc}")
     with open_session(settings) as session:
         agent = session.agent(trajectory_path=args.out)
         progress = _Progress(sys.stderr, quiet=args.quiet)
@@ -262,6 +268,23 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     else:
         _print_result(result, sys.stdout)
     return _exit_code(result.answer is not None, [result])
+
+
+def _journal_style(settings: SessionSettings, config: object) -> SessionSettings:
+    """``settings`` with the observation style a resumed session was started with (its journal's config): the
+    tools render as the session's history does, whatever ``--observation-style`` says now (with a note on stderr
+    when the two differ). A journal from before the setting holds none: the ``inference`` style it was written in.
+
+    Raises:
+        ValueError: the journal names no observation style this version knows.
+    """
+    from venus_edge.protocol.style import observation_style  # here: `venus-edge --help` loads no protocol
+
+    style = observation_style(config.get("observation_style", "inference") if isinstance(config, dict) else "inference")
+    if style != settings.observation_style:
+        print(f"note: the session was started with --observation-style {style}; it continues so",
+              file=sys.stderr)
+    return replace(settings, observation_style=style)
 
 
 def _exit_code(answered: bool, results: Sequence[Result]) -> int:

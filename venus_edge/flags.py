@@ -19,10 +19,10 @@ from venus_edge.memory.machine import MAX_THREADS, physical_cores
 from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.text import valid_text
 
-__all__ = ["DEPRECATED_UNTIL", "SETTING_FLAGS", "add_deprecated_alias", "add_draft_argument", "add_memory_arguments",
-           "add_session_arguments", "check_key_text", "check_session_arguments", "count_argument", "draft_argument",
-           "number_argument", "size_argument", "threads_argument",
-           "tool_sequence_argument"]
+__all__ = ["DEPRECATED_UNTIL", "OBSERVATION_STYLE_CHOICES", "SETTING_FLAGS", "add_deprecated_alias",
+           "add_draft_argument", "add_memory_arguments", "add_session_arguments", "check_key_text",
+           "check_session_arguments", "count_argument", "draft_argument", "number_argument", "size_argument",
+           "threads_argument", "tool_sequence_argument"]
 
 #: Each setting an error's advice may name (``VenusEdgeError.message_for``), by its Python name, and the flag that
 #: sets it: the CLI prints the flag, so the fix it names is one the user can type.
@@ -31,7 +31,7 @@ SETTING_FLAGS = {
     "max_tokens": "--max-tokens", "max_turns": "--max-turns", "time_limit_s": "--time-limit", "n_threads": "--threads",
     "kv_type": "--kv-type", "ram_bytes": "--ram", "keep_last": "--keep-last", "min_tool_calls": "--min-tool-calls",
     "draft": "--draft", "python": "--python", "python_unsandboxed_network": "--python-unsandboxed-network",
-    "strict": "--strict",
+    "strict": "--strict", "observation_style": "--observation-style",
 }
 
 #: The release that drops the old spellings of renamed flags (``add_deprecated_alias``).
@@ -136,6 +136,11 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
     parser.add_argument("--python-unsandboxed-network", action="store_true",
                         help="with --python, run code even where this machine cannot make the sandbox's namespaces "
                              "(the code can then reach the network and write what this user may write)")
+    parser.add_argument("--observation-style", choices=OBSERVATION_STYLE_CHOICES,
+                        default=OBSERVATION_STYLE_CHOICES[0],
+                        help="how the system prompt, tool results and notices are written: inference, as the authors' "
+                             "inference code (default), or rl, as the RL rollouts DR-Venus-4B-RL was trained on "
+                             "(search hits with a date key, three tools listed; README, Observation styles)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -165,6 +170,11 @@ def threads_argument(text: str) -> int:
                                          f"machine has {physical_cores()} physical cores, the default")
     return value
 
+
+#: ``--observation-style``'s choices, the default first: ``venus_edge.protocol.OBSERVATION_STYLES``, spelled here so
+#: that building the parser does not import the protocol and the tool layer (``venus-edge --help`` stays fast); a
+#: test checks that the two agree.
+OBSERVATION_STYLE_CHOICES = ("inference", "rl")
 
 #: The tools of a session set up from these flags (``venus_edge.toolbox.default_tools``).
 SESSION_TOOLS = ("search", "visit")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig
     from venus_edge.engines.base import Engine, TextCompleter
     from venus_edge.memory.plan import KVType
+    from venus_edge.protocol.style import ObservationStyle
     from venus_edge.result import Result
 
 __all__: list[str] = []
@@ -88,6 +89,9 @@ class SessionSettings:
             did not have (``Error: Tool PythonInterpreter not found``) and the prompt does not list the tool.
         python_unsandboxed_network: with ``python``, run the code even where this machine cannot make the sandbox's
             namespaces (no network or filesystem isolation then); without it such a session is refused.
+        observation_style: how the system prompt, the observations and the notices are rendered
+            (``protocol.style``): ``inference``, as the authors' inference code (default), or ``rl``, as the RL
+            rollouts that ``DR-Venus-4B-RL`` was trained on.
     """
 
     model: str | None = None
@@ -120,8 +124,12 @@ class SessionSettings:
     answer_reserve_tokens: int = 1_024
     python: bool = False
     python_unsandboxed_network: bool = False
+    observation_style: ObservationStyle = "inference"  # protocol.DEFAULT_OBSERVATION_STYLE (a test checks)
 
     def __post_init__(self) -> None:
+        from venus_edge.protocol.style import observation_style  # here: `venus-edge --help` loads no protocol
+
+        observation_style(self.observation_style)  # an unknown style fails here, naming the styles
         if self.engine == "openai" and not self.base_url:
             raise ValueError("engine 'openai' needs base_url, the model server (e.g. http://127.0.0.1:8080)")
         if self.python_unsandboxed_network and not self.python:
@@ -146,6 +154,7 @@ class SessionSettings:
             context_policy=args.context_policy,
             keep_last=args.keep_last, answer_reserve_tokens=args.answer_reserve,
             python=args.python, python_unsandboxed_network=args.python_unsandboxed_network,
+            observation_style=args.observation_style,
         )
 
     def agent_config(self, *, logprobs: bool = False) -> AgentConfig:
@@ -157,7 +166,7 @@ class SessionSettings:
             max_turns=self.max_turns, time_limit_s=self.time_limit_s, strict=self.strict, seed=self.seed,
             min_tool_calls=self.min_tool_calls, required_calls=self.required_calls,
             context_policy=self.context_policy, keep_last=self.keep_last,
-            answer_reserve_tokens=self.answer_reserve_tokens,
+            answer_reserve_tokens=self.answer_reserve_tokens, observation_style=self.observation_style,
             sampling=SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens, logprobs=logprobs),
         )
 
@@ -255,7 +264,7 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
         tools = default_tools(
             list(settings.corpus), web=settings.web, completer=None if settings.extractive_visit else completer,
             allowed_networks=list(settings.allow_network), record_dir=settings.record, replay_dir=settings.replay,
-            search_results=settings.search_results,
+            search_results=settings.search_results, observation_style=settings.observation_style,
         )
         tools.append(python_tool(settings))
     except (ToolError, ValueError, ImportError, OSError) as exc:

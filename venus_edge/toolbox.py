@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from venus_edge.engines.base import TextCompleter
+from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle
 from venus_edge.tools.base import Deadline, Tool, takes_deadline
 from venus_edge.tools.corpus import Corpus, Hit
 from venus_edge.tools.replay import RecordingTool, ReplayTool
@@ -87,6 +88,7 @@ def default_tools(
     record_dir: str | os.PathLike[str] | None = None,
     replay_dir: str | os.PathLike[str] | None = None,
     search_results: int = DEFAULT_TOP_K,
+    observation_style: ObservationStyle = DEFAULT_OBSERVATION_STYLE,
 ) -> list[Tool]:
     """``search`` over the given corpus folders and/or the web, and ``visit`` for ``corpus://`` and http(s) URLs.
 
@@ -102,6 +104,8 @@ def default_tools(
         replay_dir: answer every call from the records in this folder, with no corpus, web or network at all;
             ``corpora`` and ``web`` are then ignored. A call that was not recorded gets a ``not_recorded`` text.
         search_results: results per query (the reference shows 10).
+        observation_style: how search and visit render their observations (``protocol.style``): ``inference`` (the
+            authors' inference code) or ``rl`` (the RL rollouts). Replayed records are shown as they were recorded.
 
     Raises:
         ValueError: neither a corpus, nor ``web``, nor ``replay_dir``; or ``record_dir`` with ``replay_dir``.
@@ -128,13 +132,15 @@ def default_tools(
         if importlib.util.find_spec("ddgs") is None:  # fail now, not at the model's first search
             raise ImportError(INSTALL_HINT)
         backends.append(DdgsSearchBackend())
-    search = SearchTool(backends[0] if len(backends) == 1 else MergedSearchBackend(backends), top_k=search_results)
+    search = SearchTool(backends[0] if len(backends) == 1 else MergedSearchBackend(backends), top_k=search_results,
+                        style=observation_style)
     visit = VisitTool(
         corpora=opened,
         completer=completer,
         allow_private=allow_private,
         allowed_networks=allowed_networks,
         count_tokens=token_counter(completer),
+        style=observation_style,
     )
     tools: list[Tool] = [search, visit]
     if record_dir is not None:

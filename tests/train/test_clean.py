@@ -310,3 +310,18 @@ def test_calls_whose_arguments_stay_invalid_are_removed_with_their_responses(nam
 def test_repeats_are_counted_as_the_reference_counts_them(first, again):
     original = sample(SYSTEM, QUESTION, call(*first), response("1"), call(*again, "Again."), response("2"), answer())
     assert contents(drop_duplicate_calls(original, CONTEXT))[3:] == [observation("1"), answer()["content"]]
+
+
+def test_the_rl_style_writes_the_rl_prompt_and_dated_hits():
+    """``observation_style="rl"``: the RL rollouts' system prompt and search hits with a ``date`` key of their own,
+    ``""`` where the result has none (``protocol.style``)."""
+    rl = CleanContext("2026-03-01", observation_style="rl")
+    cleaned = set_system_prompt(sample(QUESTION, answer()), rl)
+    assert cleaned.messages[0]["content"] == render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-03-01",
+                                                                 style="rl")
+    assert '"name": "PythonInterpreter"' in cleaned.messages[0]["content"]
+    hits = parse_markdown_search(MARKDOWN_SEARCH, "rl")[0]["web_page_info_list"]  # type: ignore[index]
+    assert hits[0]["date"] == "2022-10-24" and hits[0]["snippet"].startswith("The tomllib module")
+    assert hits[1]["date"] == ""
+    with pytest.raises(ValueError, match="inference, rl"):
+        CleanContext("2026-03-01", observation_style="sft")

@@ -211,3 +211,14 @@ def test_research_errors_read_what_a_killed_or_odd_evaluation_left(tmp_path):
     (evaluation / "results.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match=r"results.jsonl"):
         research_errors(world.corpus.parent, evaluation)
+
+
+def test_the_oracle_writes_the_style_it_is_given(tmp_path):
+    """The toy world's sessions in the rl style: the journal records it, and its search hits carry a date key."""
+    world = generate_world(tmp_path, people=16, seed=2)
+    question = next(q for q in world.train if q.hops == 1)
+    assert run_oracle([question], world.corpus, tmp_path / "j.jsonl", observation_style="rl") == (1, 1)
+    records = [json.loads(line) for line in (tmp_path / "j.jsonl").read_text().splitlines()]
+    assert records[0]["config"]["observation_style"] == "rl"
+    search = next(r for r in records if r.get("tool_call") and r["tool_call"]["name"] == "search")
+    assert '"date": ' in search["observation"]

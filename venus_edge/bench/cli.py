@@ -76,7 +76,7 @@ example:
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``bench`` (its parser imports nothing heavy)."""
-    from venus_edge.flags import add_deprecated_alias, add_draft_argument
+    from venus_edge.flags import OBSERVATION_STYLE_CHOICES, add_deprecated_alias, add_draft_argument
 
     bench = commands.add_parser("bench", help="measure load, memory, prefill, decode, a session and quality of GGUFs",
                                 description=_BENCH_DESCRIPTION)
@@ -112,6 +112,9 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     bench.add_argument("--fresh", action="store_true",
                        help="measure every configuration again, reusing nothing from the report in --out")
     bench.add_argument("--no-plot", action="store_true", help="do not write the PNG plots")
+    bench.add_argument("--observation-style", choices=OBSERVATION_STYLE_CHOICES, default=OBSERVATION_STYLE_CHOICES[0],
+                       help="the style of the first turn's system prompt: inference (default) or rl (README, "
+                            "Observation styles); a replayed session keeps its journal's")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -129,7 +132,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         configs = [measure.BenchConfig(model, kv_type=kv, threads=threads, n_ctx=args.n_ctx,
                                        prompt_lengths=args.prompt_lengths, depths=args.depths,
                                        decode_tokens=args.decode_tokens, repeats=args.repeats,
-                                       llama_bench=not args.no_llama_bench, draft=args.draft)
+                                       llama_bench=not args.no_llama_bench, draft=args.draft,
+                                       observation_style=args.observation_style)
                    for model in models for kv in args.kv for threads in (args.threads or (physical_cores(),))]
     except ValueError as exc:
         parser.error(str(exc))

@@ -97,6 +97,8 @@ class BenchConfig:
         llama_bench: also run ``llama-bench`` when it is built.
         draft: speculative decoding of the engine measured (``LlamaCppEngine``'s ``draft``: ``lookup``, a draft
             GGUF's path, or None for off).
+        observation_style: the style of the first turn's system prompt (``protocol.style``; ``rl`` lists three
+            tools). A replayed session is replayed as its journal holds it.
     """
 
     model: Path
@@ -109,8 +111,10 @@ class BenchConfig:
     repeats: int = 2
     llama_bench: bool = True
     draft: str | None = None
+    observation_style: protocol.ObservationStyle = protocol.DEFAULT_OBSERVATION_STYLE
 
     def __post_init__(self) -> None:
+        protocol.observation_style(self.observation_style)  # an unknown style fails here, naming the styles
         longest = max([*self.prompt_lengths, *(d + self.decode_tokens + 64 for d in self.depths)])
         if longest > self.n_ctx:
             raise ValueError(f"prompt lengths and depths + decode tokens must fit in n_ctx {self.n_ctx}; the longest "
@@ -296,7 +300,8 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
             result.prefill[length] = max(speeds)
         stage("first turn")
         first_turn = engine.tokenize(protocol.render_messages([
-            {"role": "system", "content": protocol.render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-12-01")},
+            {"role": "system", "content": protocol.render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-12-01",
+                                                                   style=config.observation_style)},
             {"role": "user", "content": FIRST_TURN_QUESTION}]))
         ttfts = []
         for _ in range(config.repeats):

@@ -2,9 +2,11 @@
 observations, byte-exact.
 
 Sources (see ``shared/PROTOCOL.md``): the system prompt and the forced-answer notices follow DR-Venus
-``Inference/run_demo.py``; the rendering rules follow the Qwen3 chat template (``Qwen-Qwen3-0.6B.jinja`` in
-llama.cpp's ``models/templates``) with the Thinking-2507 generation prompt, which opens ``<think>\\n``; the format
-check follows ``RL/verl/utils/reward_score/format_checker.py`` as summarized in PROTOCOL.md.
+``Inference/run_demo.py`` in the ``inference`` observation style and the released RL rollouts in the ``rl`` style
+(``protocol.style`` holds what the two styles render differently); the rendering rules follow the Qwen3 chat
+template (``Qwen-Qwen3-0.6B.jinja`` in llama.cpp's ``models/templates``) with the Thinking-2507 generation prompt,
+which opens ``<think>\\n``; the format check follows ``RL/verl/utils/reward_score/format_checker.py`` as summarized
+in PROTOCOL.md.
 """
 
 from __future__ import annotations
@@ -14,16 +16,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date as Date
 from typing import Any, Literal
 
+from venus_edge.protocol.style import (
+    DEFAULT_OBSERVATION_STYLE,
+    OBSERVATION_STYLES,
+    ObservationStyle,
+    ProtocolStyle,
+    observation_style,
+    protocol_style,
+    search_hit,
+)
+from venus_edge.tools.python_interpreter import PYTHON_INTERPRETER_NAME, PYTHON_INTERPRETER_SCHEMA
+
 __all__ = [
     "ANSWER_CLOSE",
     "ANSWER_OPEN",
     "CONTEXT_LIMIT_NOTICE",
     "CONTROL_TOKEN_OPEN",
     "DATE_LINE_PREFIX",
+    "DEFAULT_OBSERVATION_STYLE",
     "FORMAT_ERROR_NOTICE",
     "GENERATION_PROMPT",
     "IM_END",
     "IM_START",
+    "OBSERVATION_STYLES",
     "PERSONA",
     "STEP_LIMIT_NOTICE",
     "STOP_STRINGS",
@@ -34,17 +49,27 @@ __all__ = [
     "TOOL_CALL_OPEN",
     "TOOL_RESPONSE_CLOSE",
     "TOOL_RESPONSE_OPEN",
+    "LimitKind",
+    "ObservationStyle",
+    "ProtocolStyle",
+    "format_error_message",
     "is_observation",
     "is_omitted_result",
+    "limit_kind",
+    "limit_message",
     "observation",
+    "observation_style",
     "observation_text",
     "omitted_result",
+    "prompt_tool_schemas",
+    "protocol_style",
     "render_chat",
     "render_chat_parts",
     "render_messages",
     "render_parts",
     "render_system_prompt",
     "restart_question",
+    "search_hit",
     "tokenize_message",
 ]
 
@@ -90,19 +115,11 @@ _TOOLS_FOOTER = (
     "</tool_call>"
 )
 
-# Observation texts of the reference loop (Inference/run_demo.py), verbatim: the model saw them in training.
-FORMAT_ERROR_NOTICE = (
-    "ERROR!\nPlease call a tool with the correct format, or if you are ready to answer, provide the entire final "
-    "answer in `<answer></answer>` tags."
-)
-CONTEXT_LIMIT_NOTICE = (
-    "You have reached the maximum context length. Based on the information and knowledge you have gathered, "
-    "please provide the entire final answer in `<answer></answer>` tags now."
-)
-STEP_LIMIT_NOTICE = (
-    "You've reached the maximum number of tool calls. Based on the information and knowledge you have gathered, "
-    "please provide the entire final answer in `<answer></answer>` tags now."
-)
+# Observation texts of the reference inference loop (Inference/run_demo.py), verbatim; the RL loop's own are in
+# ``protocol.style`` with the rest of what the styles render differently.
+FORMAT_ERROR_NOTICE = protocol_style("inference").format_error_notice
+CONTEXT_LIMIT_NOTICE = protocol_style("inference").context_limit_notice
+STEP_LIMIT_NOTICE = protocol_style("inference").step_limit_notice
 
 Role = Literal["system", "user", "assistant"]
 
@@ -143,18 +160,71 @@ def restart_question(question: str, notes: str, visited: Sequence[str]) -> str:
 
 
 
-def render_system_prompt(tool_schemas: Iterable[Mapping[str, Any]], today: Date | str) -> str:
+def render_system_prompt(tool_schemas: Iterable[Mapping[str, Any]], today: Date | str, *,
+                         style: str | ProtocolStyle = DEFAULT_OBSERVATION_STYLE) -> str:
     """Return the system message text: persona, ``# Tools`` block with one JSON schema per line, date line.
 
     Args:
         tool_schemas: OpenAI-style function objects, rendered with ``json.dumps`` default separators in order.
         today: the date for the ``Current date: YYYY-MM-DD`` line.
-
-    The text ends with a newline, as in the reference ``SYSTEM_PROMPT``.
+        style: the observation style (``protocol.style``). ``inference`` ends the text with a newline, as the
+            reference ``SYSTEM_PROMPT`` does; ``rl`` is the RL rollouts' system message byte for byte: the tools of
+            ``prompt_tool_schemas``, each description written raw, and no newline after the date.
     """
+    chosen = protocol_style(style)
     day = today.isoformat() if isinstance(today, Date) else str(today)
-    schemas = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in tool_schemas)
-    return f"{PERSONA}\n\n{_TOOLS_HEADER}{schemas}{_TOOLS_FOOTER}\n\n{DATE_LINE_PREFIX}{day}\n"
+    schemas = "\n".join(_schema_line(schema, raw_description=chosen.raw_descriptions)
+                        for schema in prompt_tool_schemas(tool_schemas, style=chosen))
+    end = "\n" if chosen.prompt_final_newline else ""
+    return f"{PERSONA}\n\n{_TOOLS_HEADER}{schemas}{_TOOLS_FOOTER}\n\n{DATE_LINE_PREFIX}{day}{end}"
+
+
+def prompt_tool_schemas(tool_schemas: Iterable[Mapping[str, Any]], *,
+                        style: str | ProtocolStyle = DEFAULT_OBSERVATION_STYLE) -> list[Mapping[str, Any]]:
+    """The tools the system prompt lists in ``style``: the session's, and in ``rl`` also ``PythonInterpreter``
+    after them when the session has no tool of that name (the RL prompt always lists the three)."""
+    listed = list(tool_schemas)
+    names = {schema.get("function", {}).get("name") for schema in listed}
+    if protocol_style(style).lists_python_interpreter and PYTHON_INTERPRETER_NAME not in names:
+        listed.append(PYTHON_INTERPRETER_SCHEMA)
+    return listed
+
+
+def _schema_line(schema: Mapping[str, Any], *, raw_description: bool) -> str:
+    """One tool's line of the ``<tools>`` block; ``raw_description`` writes the description unescaped, as the RL
+    prompt does (its text is then no JSON where the description holds a line break or a double quote)."""
+    line = json.dumps(schema, ensure_ascii=False)
+    description = schema.get("function", {}).get("description")
+    if raw_description and isinstance(description, str):
+        key = f'"description": {json.dumps(description, ensure_ascii=False)}'
+        line = line.replace(key, f'"description": "{description}"', 1)  # the function's: the first one written
+    return line
+
+
+LimitKind = Literal["context", "steps"]
+
+
+def format_error_message(style: str | ProtocolStyle = DEFAULT_OBSERVATION_STYLE) -> str:
+    """The user message that answers a turn that could not be parsed (at its last attempt), in ``style``."""
+    return observation(protocol_style(style).format_error_notice)
+
+
+def limit_message(kind: LimitKind, style: str | ProtocolStyle = DEFAULT_OBSERVATION_STYLE) -> str:
+    """The user message that asks for the final answer at the context (``kind="context"``) or turn (``"steps"``)
+    limit, in ``style``: inside ``<tool_response>`` (``inference``) or as a plain message (``rl``)."""
+    chosen = protocol_style(style)
+    notice = chosen.context_limit_notice if kind == "context" else chosen.step_limit_notice
+    return observation(notice) if chosen.limit_notice_as_observation else notice
+
+
+def limit_kind(content: str) -> LimitKind | None:
+    """Which limit a user message (``limit_message``, of either style) announces, or None for any other."""
+    for name in OBSERVATION_STYLES:
+        if content == limit_message("context", name):
+            return "context"
+        if content == limit_message("steps", name):
+            return "steps"
+    return None
 
 
 def observation(text: str) -> str:

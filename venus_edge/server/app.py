@@ -165,7 +165,8 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": name, "queue": _queue(service)}
+        return {"status": "ok", "model": name, "observation_style": service.config.observation_style,
+                "queue": _queue(service)}
 
     @app.get("/metrics")
     async def metrics() -> Response:

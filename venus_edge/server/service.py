@@ -256,7 +256,8 @@ class ResearchService:
 
     @property
     def model_info(self) -> dict[str, Any]:
-        return self.engines[0].model_info()
+        """The engine's ``model_info`` and the observation style the server's sessions are rendered in."""
+        return {**self.engines[0].model_info(), "observation_style": self.config.observation_style}
 
     @property
     def waiting(self) -> int:
