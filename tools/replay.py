@@ -28,7 +28,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from venus_edge.tools.base import Deadline, Tool, ToolFailure, ToolResult, call_key, coerce_arguments, takes_deadline
+from venus_edge.tools.base import (
+    Deadline,
+    Tool,
+    ToolFailure,
+    ToolResult,
+    arguments_schema,
+    call_key,
+    coerce_arguments,
+    takes_deadline,
+)
 
 __all__ = ["RecordingTool", "ReplayTool", "ToolCache"]
 
@@ -112,7 +121,8 @@ class RecordingTool:
     """Wrap a live tool and record each call's ``ToolResult`` on disk.
 
     Args:
-        tool (`Tool`): the live tool; its ``name`` and ``schema`` are this tool's.
+        tool (`Tool`): the live tool; its ``name``, ``schema`` and the optional ``arguments_schema`` and ``listed``
+            (``tools.base.Tool``) are this tool's.
         cache_dir (`str | PathLike`): where records are written.
         reuse (`bool`, default `False`): answer a call already recorded from the record instead of the live
             tool (a read-through cache); by default every call goes to the live tool and overwrites its record.
@@ -122,12 +132,14 @@ class RecordingTool:
         self.tool = tool
         self.name = tool.name
         self.schema = tool.schema
+        self.arguments_schema = arguments_schema(tool)
+        self.listed: bool = getattr(tool, "listed", True)
         self.cache = ToolCache(cache_dir)
         self.reuse = reuse
 
     def __call__(self, arguments: dict[str, Any], *, deadline: Deadline | None = None) -> ToolResult:
         """The live tool's result (given ``deadline`` when it takes one), recorded."""
-        coerced = coerce_arguments(self.schema, arguments).arguments
+        coerced = coerce_arguments(self.arguments_schema, arguments).arguments
         if self.reuse and (recorded := self.cache.get(self.name, coerced)) is not None:
             return recorded
         keywords = {"deadline": deadline} if deadline is not None and takes_deadline(self.tool) else {}
@@ -158,22 +170,29 @@ class ReplayTool:
         schema (`dict`): the tool's schema (rendered into the system prompt; it must match the recording's tool
             so the model sees the same prompt).
         cache_dir (`str | PathLike`): where the records are.
+        arguments (`dict`, optional): the schema the arguments are coerced to, when it is not ``schema`` (the
+            recorded tool's ``arguments_schema``).
+        listed (`bool`, default `True`): whether the system prompt lists the tool (the recorded tool's ``listed``).
     """
 
-    def __init__(self, name: str, schema: dict[str, Any], cache_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, name: str, schema: dict[str, Any], cache_dir: str | os.PathLike[str], *,
+                 arguments: dict[str, Any] | None = None, listed: bool = True) -> None:
         if schema.get("function", {}).get("name") != name:
             raise ValueError(f"schema names tool {schema.get('function', {}).get('name')!r}, not {name!r}")
         self.name = name
         self.schema = schema
+        self.arguments_schema = arguments or schema
+        self.listed = listed
         self.cache = ToolCache(cache_dir)
 
     @classmethod
     def like(cls, tool: Tool, cache_dir: str | os.PathLike[str]) -> ReplayTool:
-        """A replay tool with the name and schema of ``tool`` (which is never called)."""
-        return cls(tool.name, tool.schema, cache_dir)
+        """A replay tool with the name, schemas and listing of ``tool`` (which is never called)."""
+        return cls(tool.name, tool.schema, cache_dir, arguments=arguments_schema(tool),
+                   listed=getattr(tool, "listed", True))
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
-        coerced = coerce_arguments(self.schema, arguments).arguments
+        coerced = coerce_arguments(self.arguments_schema, arguments).arguments
         recorded, problem = self.cache.lookup(self.name, coerced)
         if recorded is not None:
             return recorded

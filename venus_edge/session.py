@@ -284,16 +284,27 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
 
 def python_tool(settings: SessionSettings) -> Any:
     """The session's ``PythonInterpreter``: the sandboxed tool with ``python``, else the unlisted stand-in that gives
-    the RL environment's answer.
+    the RL environment's answer; recorded with ``record``; with ``replay``, answered from the records (no code runs,
+    and no sandbox is made).
 
     Raises:
         SandboxUnavailable: ``python`` where the sandbox cannot isolate code and ``python_unsandboxed_network`` is off.
     """
-    from venus_edge.tools.python_interpreter import PythonInterpreterTool, python_interpreter_off
+    from venus_edge.tools.python_interpreter import (
+        ARGUMENTS_SCHEMA,
+        PYTHON_INTERPRETER_NAME,
+        PYTHON_INTERPRETER_SCHEMA,
+        PythonInterpreterTool,
+        python_interpreter_off,
+    )
+    from venus_edge.tools.replay import RecordingTool, ReplayTool
 
-    if not settings.python:
-        return python_interpreter_off()
-    return PythonInterpreterTool(unsandboxed_network=settings.python_unsandboxed_network)
+    if settings.replay is not None:  # a replay runs no code either: the recorded output answers
+        return ReplayTool(PYTHON_INTERPRETER_NAME, PYTHON_INTERPRETER_SCHEMA, settings.replay,
+                          arguments=ARGUMENTS_SCHEMA, listed=settings.python)
+    tool = (PythonInterpreterTool(unsandboxed_network=settings.python_unsandboxed_network) if settings.python
+            else python_interpreter_off())
+    return RecordingTool(tool, settings.record) if settings.record is not None else tool
 
 
 def _load_engine(settings: SessionSettings, samples: int) -> Any:

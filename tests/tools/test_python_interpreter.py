@@ -9,6 +9,7 @@ or could not do, never on how long it took (the wall-clock limit bounds each run
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -241,3 +242,29 @@ def test_the_python_flags_are_checked_before_anything_loads(flags, message, docs
     with pytest.raises(SystemExit) as exit_info:
         main(["research", "q", "--corpus", str(docs_corpus), *flags])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_recorded_python_call_replays_from_its_record_without_running(docs_corpus, tmp_path):
+    """``--record`` keeps each code run's output; ``--replay`` answers the same call from it (the clock the code
+    printed comes back unchanged, so nothing ran) and a call that was never recorded gets the replay's
+    not-recorded text; the tool stays listed with ``--python`` and unlisted without it."""
+    clock = "import time\nprint(time.time_ns())"
+
+    def run(settings: SessionSettings, turns: list[str]) -> list[str]:
+        tools = [*default_tools([docs_corpus] if settings.replay is None else [],
+                                record_dir=settings.record, replay_dir=settings.replay), python_tool(settings)]
+        agent = Agent(ScriptedEngine(turns), tools, config=AgentConfig())
+        result, _ = collect_events(agent.events("What time is it?"))
+        return [m["content"] for m in result.messages if m["role"] == "user"][1:]
+
+    records = tmp_path / "records"
+    recorded = run(SessionSettings(python=True, record=records), [code_turn(clock), answer_turn("now")])
+    assert re.search(r"<tool_response>\n\d{18,}\n</tool_response>", recorded[0]), recorded
+    replayed = run(SessionSettings(python=True, replay=records),
+                   [code_turn(clock), code_turn("print('never run')"), answer_turn("now")])
+    assert replayed[0] == recorded[0]
+    assert "No recorded result for this PythonInterpreter call" in replayed[1], replayed
+    assert "\nnever run\n" not in replayed[1], replayed  # named in the message, never printed
+    listed = python_tool(SessionSettings(python=True, replay=records))
+    unlisted = python_tool(SessionSettings(replay=records))
+    assert getattr(listed, "listed", True) is True and getattr(unlisted, "listed", True) is False
