@@ -1,4 +1,4 @@
-"""The two observation styles against the authors' files, byte for byte (``venus_edge.protocol.style``).
+"""The two observation styles against the authors' files, byte for byte (``venus_edge.tools.observation_styles``).
 
 The fixtures (``tests/fixtures/dr_venus/rl_rollouts.json``) are a few messages copied from DR-Venus's released files;
 the file says which: the RL rollouts' system message and some of their search and visit observations, and the

@@ -2,11 +2,24 @@
 and record/replay of tool calls. Every name a module of this package lists in its ``__all__`` is exported here;
 the error tree is drawn in ``venus_edge.tools.errors``."""
 
-from venus_edge.tools import base, corpus, errors, fetch, python_interpreter, replay, sandbox, search, visit, web_search
+from venus_edge.tools import (
+    base,
+    corpus,
+    errors,
+    fetch,
+    observation_styles,
+    python_interpreter,
+    replay,
+    sandbox,
+    search,
+    visit,
+    web_search,
+)
 from venus_edge.tools.base import *  # noqa: F403
 from venus_edge.tools.corpus import *  # noqa: F403
 from venus_edge.tools.errors import *  # noqa: F403
 from venus_edge.tools.fetch import *  # noqa: F403
+from venus_edge.tools.observation_styles import *  # noqa: F403  # noqa: F403
 from venus_edge.tools.python_interpreter import *  # noqa: F403
 from venus_edge.tools.replay import *  # noqa: F403
 from venus_edge.tools.sandbox import *  # noqa: F403
@@ -16,6 +29,7 @@ from venus_edge.tools.web_search import *  # noqa: F403
 
 __all__ = sorted(
     name
-    for module in (base, corpus, errors, fetch, python_interpreter, replay, sandbox, search, visit, web_search)
+    for module in (base, corpus, errors, fetch, observation_styles, python_interpreter, replay, sandbox, search, visit,
+                   web_search)
     for name in module.__all__
 )

@@ -54,7 +54,6 @@ import lxml.html
 import Stemmer
 from lxml import etree
 
-from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle, search_hit
 from venus_edge.tools.charset import decode_text
 from venus_edge.tools.errors import (
     DocumentNotFoundError,
@@ -63,6 +62,7 @@ from venus_edge.tools.errors import (
     UnreadableDocumentError,
 )
 from venus_edge.tools.linebreaks import break_lines
+from venus_edge.tools.observation_styles import DEFAULT_OBSERVATION_STYLE, ObservationStyle, search_hit
 from venus_edge.tools.passages import CJK_CHARS, WORD_PATTERN
 from venus_edge.tools.pdf import looks_like_pdf, pdf_text
 from venus_edge.tools.sniff import binary_kind
@@ -104,9 +104,10 @@ class Hit:
     date: str | None = None
 
     def to_dict(self, style: ObservationStyle = DEFAULT_OBSERVATION_STYLE) -> dict[str, str]:
-        """The result as the observation shows it in ``style`` (``protocol.style.search_hit``): ``inference``, a
-        dated snippet begins ``Date published: {date}`` and a blank line, as in the reference's search results
-        (PROTOCOL.md); ``rl``, the date is a key of its own, ``""`` when there is none, as in the RL rollouts."""
+        """The result as the observation shows it in ``style`` (``tools.observation_styles.search_hit``):
+        ``inference``, a dated snippet begins ``Date published: {date}`` and a blank line, as in the reference's
+        search results (PROTOCOL.md); ``rl``, the date is a key of its own, ``""`` when there is none, as in the RL
+        rollouts."""
         return search_hit(self.title, self.url, self.snippet, self.date, style)
 
 

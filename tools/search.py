@@ -6,9 +6,9 @@ schema of DR-Venus's SFT data (``SFT/data_clean/prepare_trajectories.py``).
 
 The observation is ``json.dumps([{"query": q, "web_page_info_list": [{"title", "url", "snippet"}, ...]}, ...],
 ensure_ascii=False)``, one object per query, top 10 results each; in the ``rl`` observation style every hit also
-has a ``date`` key (``protocol.style``; ``"date": ""`` when the hit has none), as in the RL rollouts. A query whose
-backend fails is shown with an empty ``web_page_info_list`` (the shape the SFT cleaning gives a failed search) and
-reported as a ``backend_error`` ``ToolFailure``; the tool never raises into the loop for it.
+has a ``date`` key (``tools.observation_styles``; ``"date": ""`` when the hit has none), as in the RL rollouts. A
+query whose backend fails is shown with an empty ``web_page_info_list`` (the shape the SFT cleaning gives a failed
+search) and reported as a ``backend_error`` ``ToolFailure``; the tool never raises into the loop for it.
 
 A backend that retries (the web backend falls back between engines and backs off when they rate-limit) may keep
 an append-only ``attempts`` list of ``BackendAttempt``s. ``SearchTool`` reports the entries one query added as
@@ -26,9 +26,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle, observation_style
 from venus_edge.tools.base import Deadline, ToolAttempt, ToolFailure, ToolResult, as_list, takes_deadline
 from venus_edge.tools.corpus import Corpus, Hit
+from venus_edge.tools.observation_styles import DEFAULT_OBSERVATION_STYLE, ObservationStyle, observation_style
 
 __all__ = ["SEARCH_SCHEMA", "BackendAttempt", "CorpusSearchBackend", "SearchBackend", "SearchTool",
            "parse_search_observation"]
@@ -104,7 +104,7 @@ class SearchTool:
     Args:
         backend (`SearchBackend`): where results come from.
         top_k (`int`, default `10`): results per query (the reference tool returns the top 10).
-        style (`str`, default `"inference"`): the observation style of the hits (``protocol.style``).
+        style (`str`, default `"inference"`): the observation style of the hits (``tools.observation_styles``).
     """
 
     name = "search"

@@ -8,8 +8,9 @@ Source: PROTOCOL.md, "Tools and observation shapes", and the reference tool (DR-
     Summary: \\n{summary}\\n\\n
 
 one block per URL, joined with ``"\\n=======\\n"``, the whole ``.strip()``'ed (not in the ``rl`` observation style:
-the RL rollouts' visit observations end with the blocks' blank line, ``protocol.style``). A page that cannot be read
-gets fixed evidence and summary texts (``UNREADABLE_EVIDENCE``, ``UNREADABLE_SUMMARY``) and a typed ``ToolFailure``.
+the RL rollouts' visit observations end with the blocks' blank line, ``tools.observation_styles``). A page that
+cannot be read gets fixed evidence and summary texts (``UNREADABLE_EVIDENCE``, ``UNREADABLE_SUMMARY``) and a typed
+``ToolFailure``.
 
 Per URL: read (``corpus://`` from a ``Corpus``, ``http(s)`` through ``fetch.fetch_page``; the URLs of one call
 are read concurrently, up to ``max_concurrent_reads`` at a time), extract passages
@@ -47,7 +48,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle, observation_style, protocol_style
 from venus_edge.tools.base import Deadline, TextCompleter, ToolFailure, ToolResult, as_list
 from venus_edge.tools.corpus import URL_SCHEME, Corpus
 from venus_edge.tools.errors import DocumentNotFoundError, FetchError, UnreadableDocumentError
@@ -59,6 +59,12 @@ from venus_edge.tools.fetch import (
     fetch_page,
     proxy_mounts,
     resolve_host,
+)
+from venus_edge.tools.observation_styles import (
+    DEFAULT_OBSERVATION_STYLE,
+    ObservationStyle,
+    observation_style,
+    protocol_style,
 )
 from venus_edge.tools.passages import (
     approx_tokens,
@@ -168,8 +174,8 @@ class VisitTool:
             ``too_many_urls`` failure.
         max_call_s (`float`, default `900.0`): seconds one call may take (the reference's cap), within the
             session's deadline when one is given.
-        style (`str`, default `"inference"`): the observation style (``protocol.style``): ``inference`` strips the
-            observation, ``rl`` keeps each block's trailing blank line as the RL rollouts show it.
+        style (`str`, default `"inference"`): the observation style (``tools.observation_styles``): ``inference``
+            strips the observation, ``rl`` keeps each block's trailing blank line as the RL rollouts show it.
     """
 
     name = "visit"

@@ -27,8 +27,9 @@ In the order ``clean_samples`` applies them (each rule is ``rule(sample, context
 
 Departure from the reference: a dated search result keeps its date as the runtime shows it (``Date published:
 ...`` and a blank line, PROTOCOL.md), where the reference cleaning strips it; the model then sees in training what
-it sees at inference. With ``observation_style="rl"`` (``protocol.style``) the data is written as the RL rollouts
-show it instead: the RL system prompt (three tools, no newline after the date) and search hits with a ``date`` key.
+it sees at inference. With ``observation_style="rl"`` (``tools.observation_styles``) the data is written as the RL
+rollouts show it instead: the RL system prompt (three tools, no newline after the date) and search hits with a
+``date`` key.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ class CleanContext:
         today: the date of the system prompt's ``Current date:`` line (the reference writes a fixed 2026-03-01).
         tool_schemas: the tools the cleaned data may call, in the system prompt's order (search and visit).
         judge: the correctness filter of ``keep_correct``; None keeps every sample.
-        observation_style: the style of the system prompt and of converted search results (``protocol.style``):
-            ``inference`` (the authors' inference code) or ``rl`` (their RL rollouts).
+        observation_style: the style of the system prompt and of converted search results
+            (``tools.observation_styles``): ``inference`` (the authors' inference code) or ``rl`` (their RL rollouts).
     """
 
     today: Date | str

@@ -341,8 +341,8 @@ def run_oracle(questions: Sequence[ToyQuestion], corpus: Path, journal: Path, *,
 
     ``detour_share``: the share of sessions (drawn per question from ``seed``) whose first visit opens a wrong page
     (``oracle_policy(detour=True)``; never a page the question needs, read from the subject's page in ``corpus``).
-    ``observation_style``: how the sessions' prompt and observations are written (``protocol.style``: ``inference``
-    or ``rl``); the journal records it.
+    ``observation_style``: how the sessions' prompt and observations are written (``tools.observation_styles``:
+    ``inference`` or ``rl``); the journal records it.
 
     Raises:
         ValueError: ``detour_share`` outside [0, 1].

@@ -141,7 +141,8 @@ class AgentConfig:
         today: the date written into the system prompt (default: today).
         observation_style: how the system prompt, the format-error and limit notices (and, through the tools
             built with the same style, the observations) are written: ``inference`` (the authors' inference code)
-            or ``rl`` (the RL rollouts), ``protocol.style``. The journal keeps it, so a resumed session keeps it.
+            or ``rl`` (the RL rollouts), ``tools.observation_styles``. The journal keeps it, so a resumed session
+            keeps it.
     """
 
     max_turns: int = 200

@@ -278,7 +278,7 @@ def _journal_style(settings: SessionSettings, config: object) -> SessionSettings
     Raises:
         ValueError: the journal names no observation style this version knows.
     """
-    from venus_edge.protocol.style import observation_style  # here: `venus-edge --help` loads no protocol
+    from venus_edge.tools.observation_styles import observation_style  # here: `venus-edge --help` loads no protocol
 
     style = observation_style(config.get("observation_style", "inference") if isinstance(config, dict) else "inference")
     if style != settings.observation_style:

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig
     from venus_edge.engines.base import Engine, TextCompleter
     from venus_edge.memory.plan import KVType
-    from venus_edge.protocol.style import ObservationStyle
     from venus_edge.result import Result
+    from venus_edge.tools.observation_styles import ObservationStyle
 
 __all__: list[str] = []
 
@@ -90,8 +90,8 @@ class SessionSettings:
         python_unsandboxed_network: with ``python``, run the code even where this machine cannot make the sandbox's
             namespaces (no network or filesystem isolation then); without it such a session is refused.
         observation_style: how the system prompt, the observations and the notices are rendered
-            (``protocol.style``): ``inference``, as the authors' inference code (default), or ``rl``, as the RL
-            rollouts that ``DR-Venus-4B-RL`` was trained on.
+            (``tools.observation_styles``): ``inference``, as the authors' inference code (default), or ``rl``, as the
+            RL rollouts that ``DR-Venus-4B-RL`` was trained on.
     """
 
     model: str | None = None
@@ -127,7 +127,7 @@ class SessionSettings:
     observation_style: ObservationStyle = "inference"  # protocol.DEFAULT_OBSERVATION_STYLE (a test checks)
 
     def __post_init__(self) -> None:
-        from venus_edge.protocol.style import observation_style  # here: `venus-edge --help` loads no protocol
+        from venus_edge.tools.observation_styles import observation_style  # here: `venus-edge --help` loads no protocol
 
         observation_style(self.observation_style)  # an unknown style fails here, naming the styles
         if self.engine == "openai" and not self.base_url:

@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable, Sequence
 
 from venus_edge.engines.base import TextCompleter
-from venus_edge.protocol.style import DEFAULT_OBSERVATION_STYLE, ObservationStyle
 from venus_edge.tools.base import Deadline, Tool, takes_deadline
 from venus_edge.tools.corpus import Corpus, Hit
+from venus_edge.tools.observation_styles import DEFAULT_OBSERVATION_STYLE, ObservationStyle
 from venus_edge.tools.replay import RecordingTool, ReplayTool
 from venus_edge.tools.search import (
     DEFAULT_TOP_K,
@@ -104,8 +104,9 @@ def default_tools(
         replay_dir: answer every call from the records in this folder, with no corpus, web or network at all;
             ``corpora`` and ``web`` are then ignored. A call that was not recorded gets a ``not_recorded`` text.
         search_results: results per query (the reference shows 10).
-        observation_style: how search and visit render their observations (``protocol.style``): ``inference`` (the
-            authors' inference code) or ``rl`` (the RL rollouts). Replayed records are shown as they were recorded.
+        observation_style: how search and visit render their observations (``tools.observation_styles``):
+            ``inference`` (the authors' inference code) or ``rl`` (the RL rollouts). Replayed records are shown as
+            they were recorded.
 
     Raises:
         ValueError: neither a corpus, nor ``web``, nor ``replay_dir``; or ``record_dir`` with ``replay_dir``.

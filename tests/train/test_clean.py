@@ -314,7 +314,7 @@ def test_repeats_are_counted_as_the_reference_counts_them(first, again):
 
 def test_the_rl_style_writes_the_rl_prompt_and_dated_hits():
     """``observation_style="rl"``: the RL rollouts' system prompt and search hits with a ``date`` key of their own,
-    ``""`` where the result has none (``protocol.style``)."""
+    ``""`` where the result has none (``tools.observation_styles``)."""
     rl = CleanContext("2026-03-01", observation_style="rl")
     cleaned = set_system_prompt(sample(QUESTION, answer()), rl)
     assert cleaned.messages[0]["content"] == render_system_prompt([SEARCH_SCHEMA, VISIT_SCHEMA], "2026-03-01",

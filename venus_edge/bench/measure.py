@@ -97,7 +97,7 @@ class BenchConfig:
         llama_bench: also run ``llama-bench`` when it is built.
         draft: speculative decoding of the engine measured (``LlamaCppEngine``'s ``draft``: ``lookup``, a draft
             GGUF's path, or None for off).
-        observation_style: the style of the first turn's system prompt (``protocol.style``; ``rl`` lists three
+        observation_style: the style of the first turn's system prompt (``tools.observation_styles``; ``rl`` lists three
             tools). A replayed session is replayed as its journal holds it.
     """
 

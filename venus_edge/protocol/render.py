@@ -3,7 +3,7 @@ observations, byte-exact.
 
 Sources (see ``shared/PROTOCOL.md``): the system prompt and the forced-answer notices follow DR-Venus
 ``Inference/run_demo.py`` in the ``inference`` observation style and the released RL rollouts in the ``rl`` style
-(``protocol.style`` holds what the two styles render differently); the rendering rules follow the Qwen3 chat
+(``tools.observation_styles`` holds what the two styles render differently); the rendering rules follow the Qwen3 chat
 template (``Qwen-Qwen3-0.6B.jinja`` in llama.cpp's ``models/templates``) with the Thinking-2507 generation prompt,
 which opens ``<think>\\n``; the format check follows ``RL/verl/utils/reward_score/format_checker.py`` as summarized
 in PROTOCOL.md.
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date as Date
 from typing import Any, Literal
 
-from venus_edge.protocol.style import (
+from venus_edge.tools.observation_styles import (
     DEFAULT_OBSERVATION_STYLE,
     OBSERVATION_STYLES,
     ObservationStyle,
@@ -116,7 +116,7 @@ _TOOLS_FOOTER = (
 )
 
 # Observation texts of the reference inference loop (Inference/run_demo.py), verbatim; the RL loop's own are in
-# ``protocol.style`` with the rest of what the styles render differently.
+# ``tools.observation_styles`` with the rest of what the styles render differently.
 FORMAT_ERROR_NOTICE = protocol_style("inference").format_error_notice
 CONTEXT_LIMIT_NOTICE = protocol_style("inference").context_limit_notice
 STEP_LIMIT_NOTICE = protocol_style("inference").step_limit_notice
@@ -167,7 +167,7 @@ def render_system_prompt(tool_schemas: Iterable[Mapping[str, Any]], today: Date 
     Args:
         tool_schemas: OpenAI-style function objects, rendered with ``json.dumps`` default separators in order.
         today: the date for the ``Current date: YYYY-MM-DD`` line.
-        style: the observation style (``protocol.style``). ``inference`` ends the text with a newline, as the
+        style: the observation style (``tools.observation_styles``). ``inference`` ends the text with a newline, as the
             reference ``SYSTEM_PROMPT`` does; ``rl`` is the RL rollouts' system message byte for byte: the tools of
             ``prompt_tool_schemas``, each description written raw, and no newline after the date.
     """

@@ -22,8 +22,9 @@ What differs (``ProtocolStyle``'s fields):
   shorter texts, and the two limit notices come as a plain user message, not inside ``<tool_response>``
   (``dr_agent_loop.py`` replaces the last message with them as they are).
 
-This module imports nothing of the package, so that the tool layer can read it (``tools.corpus``, ``tools.visit``)
-while ``protocol.render`` assembles the prompt from it.
+It lives in the tool layer, which imports no protocol (the arrows run from the protocol to the tools): the tools
+render their observations from it (``tools.corpus``, ``tools.search``, ``tools.visit``), and ``protocol.render``
+assembles the prompt and the notices from it; ``venus_edge.protocol`` exports its names too.
 """
 
 from __future__ import annotations
