@@ -5,7 +5,8 @@
     venus-edge eval DATA [--k N] [--judge self|GGUF|URL] [--aggregate majority|confidence|judge] [--out DIR] ...
     venus-edge quantize SOURCE --types Q4_K_M,Q8_0 --out DIR [--base-type f16]
     venus-edge inspect FILE.gguf [--json]
-    venus-edge plan MODEL [--ram SIZE] [--n-ctx N] [--kv-type f16|q8_0|q4_0] [--json]
+    venus-edge plan MODEL [--ram SIZE | --device phone-8gb] [--n-ctx N] [--kv-type f16|q8_0|q4_0] [--json]
+    venus-edge doctor [--model M] [--json] [--root DIR]
     venus-edge train clean IN... --out OUT.jsonl [--resample] [--keep-correct]
     venus-edge serve [--model M] [--corpus DIR] [--host 127.0.0.1] [--port 8765] [--server-api-key KEY]
     venus-edge mcp [--model M] [--corpus DIR] [--transport stdio|http]
@@ -51,11 +52,14 @@ from venus_edge.flags import (
     check_session_arguments,
     count_argument,
 )
+from venus_edge.memory.devices import DEVICE_PRESETS, DevicePreset, device_preset
+from venus_edge.memory.presets import PRESET_MODELS, preset_model_header
 from venus_edge.result import NO_SOURCES, termination_of
 from venus_edge.session import SessionSettings, open_session
 from venus_edge.text import shown_path, valid_text
 
 if TYPE_CHECKING:
+    from venus_edge.memory.header import ModelHeader
     from venus_edge.result import Result
 
 EXIT_ANSWERED, EXIT_NO_ANSWER, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -82,8 +86,27 @@ Choose the context window (n_ctx) and KV-cache type that fit MODEL in the RAM bu
 load it, and print the plan: the memory of the weights, the KV cache, the compute buffers and the helper context.
 Reads the GGUF header only and writes nothing (--json: the plan and the header as JSON).
 
-example:
+MODEL may also name a model of the presets without a file, with a quant type: DR-Venus-4B:Q4_0, Qwen3-1.7B:Q8_0,
+Qwen3-0.6B, SmolLM2-135M (default Q4_K_M). --device plans for a phone or laptop preset instead of this machine: its
+RAM less what the system and other apps keep, with every byte resident (a plan that would page the weights from
+flash is refused, naming what fits).
+
+examples:
   venus-edge plan inclusionAI/DR-Venus-4B-RL-GGUF --ram 6G
+  venus-edge plan DR-Venus-4B:Q4_0 --device phone-8gb
+"""
+
+
+_DOCTOR_DESCRIPTION = """\
+Say what this device is and what to run on it: the CPU's architecture and the features llama.cpp uses (AVX2,
+AVX-512, AVX-VNNI; NEON, dotprod, i8mm, SVE), performance and efficiency cores, RAM total and available,
+temperatures, the llama.cpp build's backends and its own system info, and with --model the quant type, threads,
+n_ctx and KV-cache type to run that model with (its GGUF header and the memory planner; no weights are loaded).
+Reads /proc and /sys (Linux, Android); what cannot be read is listed as unknown, with the file and why.
+
+examples:
+  venus-edge doctor --model DR-Venus-4B-RL-Q4_K_M.gguf
+  venus-edge doctor --model DR-Venus-4B --json
 """
 
 
@@ -109,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     research.add_argument("--session", default=None, metavar="ID",
                           help="with --resume: the session to continue (default the journal's last unfinished one)")
     _add_plan_command(commands)
+    _add_doctor_command(commands)
     _add_eval_command(commands)
     _add_quantize_commands(commands)
     _add_train_command(commands)
@@ -126,28 +150,94 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_plan_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = commands.add_parser("plan", help="choose n_ctx and the KV-cache type that fit a model in the RAM budget",
                                description=_PLAN_DESCRIPTION)
-    plan.add_argument("model", metavar="MODEL", help="a GGUF path, or a hub repo owner/name[:file.gguf]")
+    plan.add_argument("model", metavar="MODEL", help="a GGUF path, a hub repo owner/name[:file.gguf], or a preset "
+                                                     "model such as DR-Venus-4B:Q4_0")
     plan.add_argument("--n-ctx", type=count_argument(1), default=None, metavar="N",
                       help="a fixed context window (default: the largest that fits, at most min(n_ctx_train, 32768))")
     add_memory_arguments(plan)
+    plan.add_argument("--device", type=_device_argument, default=None, metavar="NAME",
+                      help=f"plan for a device preset instead of this machine's RAM: {', '.join(DEVICE_PRESETS)}")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
-def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``venus-edge plan``: the plan ``research`` would load with (its helper context for ``visit`` included)."""
-    from venus_edge.engines.llama_cpp import DEFAULT_HELPER_N_CTX
+def _device_argument(text: str) -> DevicePreset:
+    """``--device``: a preset of ``DEVICE_PRESETS``, or a usage error that suggests the nearest and lists them."""
+    try:
+        return device_preset(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _model_header(spec: str, parser: argparse.ArgumentParser) -> ModelHeader:
+    """The header of ``spec``: a preset model by name (``DR-Venus-4B:Q4_0``; Q4_K_M when no type is given), else a
+    GGUF file or hub repo (``resolve_model``) read to its header."""
     from venus_edge.engines.models import resolve_model
-    from venus_edge.memory import available_ram_bytes, plan_memory, read_model_header
+    from venus_edge.memory import read_model_header
+
+    name, _, quant = spec.partition(":")
+    preset = next((known for known in PRESET_MODELS if known.lower() == name.lower()), None)
+    if preset is None:
+        return read_model_header(resolve_model(spec))
+    try:
+        return preset_model_header(preset, quant.upper() or "Q4_K_M")
+    except KeyError as exc:
+        parser.error(str(exc.args[0]))
+
+
+def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``venus-edge plan``: the plan ``research`` would load with (its helper context for ``visit`` included), on
+    this machine, in ``--ram``, or on a ``--device`` preset."""
+    from venus_edge.engines.llama_cpp import DEFAULT_HELPER_N_CTX
+    from venus_edge.memory import available_ram_bytes, format_bytes, plan_memory, plan_on_device
 
     if args.n_ctx is not None and args.n_ctx < 1:
         parser.error("--n-ctx must be at least 1")
-    header = read_model_header(resolve_model(args.model))
-    plan = plan_memory(header, ram_bytes=args.ram or available_ram_bytes(), n_ctx=args.n_ctx, kv_type=args.kv_type,
-                       helper_n_ctx=DEFAULT_HELPER_N_CTX)
-    if args.json:
-        print(json.dumps({**plan.to_dict(), "header": header.to_dict()}, indent=2))
+    if args.device is not None and args.ram is not None:
+        parser.error("--device and --ram exclude each other: --device NAME plans for that device's RAM")
+    header = _model_header(args.model, parser)
+    device: DevicePreset | None = args.device
+    if device is not None:
+        plan = plan_on_device(header, device, n_ctx=args.n_ctx, kv_type=args.kv_type,
+                              helper_n_ctx=DEFAULT_HELPER_N_CTX)
     else:
-        print(plan.render())
+        plan = plan_memory(header, ram_bytes=args.ram or available_ram_bytes(), n_ctx=args.n_ctx,
+                           kv_type=args.kv_type, helper_n_ctx=DEFAULT_HELPER_N_CTX)
+    if args.json:
+        device_part = {"device": device.to_dict()} if device is not None else {}
+        print(json.dumps({**plan.to_dict(), "header": header.to_dict(), **device_part}, indent=2))
+        return EXIT_ANSWERED
+    if device is not None:
+        print(f"{device.name}: {format_bytes(device.ram_bytes)} of RAM, {format_bytes(device.kept_bytes)} kept by "
+              f"the system and other apps ({device.source}), {format_bytes(device.app_bytes)} for the app")
+    print(plan.render())
+    return EXIT_ANSWERED
+
+
+def _add_doctor_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doctor = commands.add_parser("doctor", help="what this device is and what to run on it",
+                                 description=_DOCTOR_DESCRIPTION)
+    doctor.add_argument("--model", default=None, metavar="M",
+                        help="recommend settings for this model: a GGUF path (its header only is read), a hub repo "
+                             "owner/name[:file.gguf], or a preset model such as DR-Venus-4B")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--root", type=Path, default=Path("/"), metavar="DIR",
+                        help="read proc/ and sys/ under DIR, e.g. a copy of a phone's (default /)")
+
+
+def _doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``venus-edge doctor``: the device under ``--root`` and, with ``--model``, what to run that model with."""
+    from venus_edge.engines.llama_cpp import DEFAULT_HELPER_N_CTX
+    from venus_edge.memory import diagnose, llama_system_info
+
+    if not args.root.is_dir():
+        parser.error(f"--root {args.root}: not a directory (give the folder that holds proc/ and sys/)")
+    header = _model_header(args.model, parser) if args.model else None
+    try:
+        info: str | None = llama_system_info()
+    except ImportError:
+        info = None
+    report = diagnose(args.root, header=header, llama_info=info, helper_n_ctx=DEFAULT_HELPER_N_CTX)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return EXIT_ANSWERED
 
 
@@ -195,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _research(args, parser)
         if args.command == "plan":
             return _plan(args, parser)
+        if args.command == "doctor":
+            return _doctor(args, parser)
         if args.command == "eval":
             from venus_edge.eval.cli import run
 

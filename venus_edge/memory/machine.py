@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["MAX_THREADS", "MIN_SPAN_S", "CpuTimes", "available_ram_bytes", "busy_cores", "check_threads",
-           "check_threads_fit", "cpu_name", "cpu_times", "default_threads", "llama_cpu_features", "load_average",
+           "check_threads_fit", "cpu_name", "cpu_times", "default_threads", "llama_cpu_features", "llama_features_of",
+           "llama_system_info", "load_average",
            "others_cores", "physical_cores", "threads_that_fit", "total_ram_bytes"]
 logger = logging.getLogger(__name__)
 
@@ -95,12 +96,26 @@ def available_ram_bytes() -> int:
     return available if limit == "max" else max(0, min(available, int(limit) - used))
 
 
-def llama_cpu_features() -> frozenset[str]:
-    """The CPU features llama.cpp was built with and found (``llama_print_system_info``: ``AVX2 = 1`` ...)."""
+def llama_system_info() -> str:
+    """llama.cpp's own description of its build (``llama_print_system_info``): each backend compiled in and its
+    features, e.g. ``CPU : SSE3 = 1 | AVX2 = 1 | ... |``. Loads no model.
+
+    Raises:
+        ImportError: llama-cpp-python is not installed.
+    """
     import llama_cpp
 
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    return str(llama_cpp.llama_print_system_info().decode("utf-8", "replace"))
+
+
+def llama_features_of(info: str) -> frozenset[str]:
+    """The features a ``llama_system_info`` string turns on (``AVX2 = 1`` ...; ``= 0`` left out)."""
     return frozenset(name.strip() for name, value in re.findall(r"([A-Z0-9_]+) = (\d+)", info) if value != "0")
+
+
+def llama_cpu_features() -> frozenset[str]:
+    """The CPU features llama.cpp was built with and found (``llama_print_system_info``: ``AVX2 = 1`` ...)."""
+    return llama_features_of(llama_system_info())
 
 
 def cpu_name() -> str:

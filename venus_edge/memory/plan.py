@@ -62,6 +62,7 @@ __all__ = [
     "HEADROOM_FRACTION",
     "KV_TYPES",
     "MIN_N_CTX",
+    "QUANT_BITS_PER_WEIGHT",
     "MemoryPlan",
     "engine_plan",
     "estimate_memory",
@@ -105,8 +106,11 @@ _BASE_OVERHEAD_BYTES = 86 * _MiB
 # llama.cpp's vocabulary tables per entry (measured: 20 MiB for 49,152 entries, 48 MiB for 151,936).
 _OVERHEAD_BYTES_PER_VOCAB_ENTRY = 290
 
-# Approximate bits per weight of common quant types (llama.cpp tools/quantize), to name what would fit.
-_BITS_PER_WEIGHT = {"Q8_0": 8.5, "Q6_K": 6.56, "Q5_K_M": 5.69, "Q4_K_M": 4.89, "Q3_K_M": 3.91, "Q2_K": 3.0}
+#: Bits per weight of common quant types, finest first, to name what would fit: Q8_0 and Q4_0 exactly (blocks of 32
+#: weights in 34 and 18 bytes, ggml-common.h), the K-quants approximate (llama.cpp tools/quantize). Q4_0 and Q8_0
+#: are the types an ARM build repacks for its dot-product and i8mm kernels (ggml-cpu/repack.cpp).
+QUANT_BITS_PER_WEIGHT: dict[str, float] = {"Q8_0": 8.5, "Q6_K": 6.56, "Q5_K_M": 5.69, "Q4_K_M": 4.89, "Q4_0": 4.5,
+                                           "Q3_K_M": 3.91, "Q2_K": 3.0}
 
 # ggml-cpu/repack.cpp (ggml_repack_get_optimal_repack_type): (ggml type, CPU feature, rows multiple of).
 _REPACK_RULES: tuple[tuple[int, str, int], ...] = (
@@ -580,7 +584,7 @@ def _smaller_quant(header: ModelHeader, smallest: MemoryPlan) -> str | None:
     if not header.n_params or smallest.usable_bytes is None:
         return None
     current_bits = 8 * header.weight_bytes / header.n_params
-    for name, bits in _BITS_PER_WEIGHT.items():
+    for name, bits in QUANT_BITS_PER_WEIGHT.items():
         if bits >= current_bits - 0.05:
             continue
         weights = int(header.n_params * bits / 8)
