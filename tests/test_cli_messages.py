@@ -54,7 +54,7 @@ def _research(model: Path | str, corpus: Path, *flags: str) -> int:
 def test_a_window_too_small_names_the_flags_and_a_window_that_works(smollm2_gguf, docs_corpus, capsys):
     """``--n-ctx 10`` named ``answer_reserve_tokens``; following it (``--answer-reserve 2``) was refused again with
     "at most 0". Now: the flags, and no advice to lower the reserve where that cannot help."""
-    assert _research(smollm2_gguf, docs_corpus, "--n-ctx", "10") == 3
+    assert _research(smollm2_gguf, docs_corpus, "--n-ctx", "10", "--answer-reserve", "1024") == 3
     message = _error_line(capsys)
     assert "--answer-reserve (1,024) must be smaller than --n-ctx (10)" in message, message
     assert "answer_reserve_tokens" not in message and "cannot help" in message, message
@@ -67,7 +67,7 @@ def test_a_window_too_small_names_the_flags_and_a_window_that_works(smollm2_gguf
 
 
 def test_a_reserve_too_large_names_a_reserve_that_works(smollm2_gguf, docs_corpus, capsys):
-    assert _research(smollm2_gguf, docs_corpus, "--n-ctx", "1000") == 3
+    assert _research(smollm2_gguf, docs_corpus, "--n-ctx", "1000", "--answer-reserve", "1024") == 3
     message = _error_line(capsys)
     reserve = _number(r"Lower it to at most ([\d,]+)", message)
     assert reserve > 0 and "--n-ctx" in message, message

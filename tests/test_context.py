@@ -9,13 +9,23 @@ import re
 import pytest
 
 from venus_edge import protocol
-from venus_edge.agent import Agent, AgentConfig
+from venus_edge.agent import Agent, AgentConfig, default_answer_reserve
 from venus_edge.engines.base import SamplingParams
 from venus_edge.errors import ContextSettingsError
 from venus_edge.events import ContextCompacted, LimitReached, TurnStarted
-from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, KeepLastK, Summarize, make_policy
+from venus_edge.policies import (
+    Compaction,
+    CompactionContext,
+    ContextPolicy,
+    KeepLastK,
+    Summarize,
+    fit_result,
+    make_policy,
+)
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.toolbox import default_tools
+from venus_edge.tools.corpus import Hit
+from venus_edge.tools.search import format_search_observation, parse_search_observation
 from venus_edge.trajectory import read_journal, rebuild_messages
 
 QUERIES = ["tomllib", "pickle protocol", "json module", "asyncio", "pathlib", "dataclasses", "typing", "zipfile"]
@@ -282,3 +292,78 @@ def test_max_prompt_tokens_too_small_names_its_own_fix(tools):
     with pytest.raises(ContextSettingsError, match=r"max_prompt_tokens \(2,000\) leaves .* Raise max_prompt_tokens "
                                                    r"to at least [\d,]+\.$"):
         Agent(ScriptedEngine([], n_ctx=100_000), tools, config=AgentConfig(max_prompt_tokens=2_000))
+
+
+# ---------------------------------------------------------------------------------------------- a small window
+def _hit(rank: int) -> Hit:
+    return Hit(f"Result {rank}", f"https://example.org/{rank}", f"snippet {rank} " + "words " * 40, "2024-05-01")
+
+
+@pytest.mark.parametrize("style", ["inference", "rl"])
+def test_a_search_result_is_cut_by_its_lowest_ranked_hits_and_stays_a_search_result(style):
+    """Two queries of 10 and 4 hits: hits go from the end of the fullest query first; what is left parses as a
+    search result of the same style (the JSON, then the note), and the note says how many are shown."""
+    blocks = [{"query": "a", "web_page_info_list": [_hit(r).to_dict(style) for r in range(10)]},
+              {"query": "b", "web_page_info_list": [_hit(r).to_dict(style) for r in range(10, 14)]}]
+    text = format_search_observation(blocks)
+    cut = fit_result(text, lambda candidate: len(candidate) <= len(text) // 2)
+    assert len(cut) <= len(text) // 2
+    shown = parse_search_observation(cut)
+    assert shown is not None and [b["query"] for b in shown] == ["a", "b"]
+    urls = [[hit["url"] for hit in b["web_page_info_list"]] for b in shown]
+    assert urls[0] == [f"https://example.org/{r}" for r in range(len(urls[0]))]  # the top of each query kept
+    assert urls[1] == [f"https://example.org/{r}" for r in range(10, 10 + len(urls[1]))]
+    assert len(urls[0]) >= len(urls[1]) - 1  # the fullest query lost hits first
+    kept = sum(map(len, urls))
+    body, note = protocol.split_cut_note(cut)
+    assert note == protocol.cut_note(f"{kept} of 14 results shown; search again, more narrowly, for others")
+    assert body == format_search_observation(shown)
+    assert ('"date": "2024-05-01"' in body) is (style == "rl")
+
+
+def test_a_text_result_keeps_its_longest_beginning_that_fits_cut_at_a_line():
+    page = "\n".join(f"Line {n}: " + " ".join(["text"] * 12) for n in range(60))
+    cut = fit_result(page, lambda candidate: len(candidate) <= 1_000)
+    body, note = protocol.split_cut_note(cut)
+    assert len(cut) <= 1_000 and page.startswith(body) and page[len(body)] == "\n"  # ends at a line break
+    assert len(body) > 1_000 * 3 // 4 - 120  # the most that fits, less at most one line
+    assert note == protocol.cut_note(f"the first {len(body):,} of {len(page):,} characters shown")
+    assert fit_result(page, lambda candidate: True) == page  # a result that fits is not touched
+    nothing = fit_result(page, lambda candidate: False)
+    assert protocol.split_cut_note(nothing) == ("", protocol.cut_note(f"the first 0 of {len(page):,} characters shown"))
+
+
+def test_each_policy_says_how_large_a_result_it_can_keep():
+    assert make_policy("force-answer").result_allowance(1_000) is None  # the reference: results are never cut
+    assert make_policy("keep-last-k", keep_last=3).result_allowance(1_000) == 900 // 4
+    assert make_policy("keep-last-k", keep_last=0).result_allowance(1_000) is None  # keeps none anyway
+    assert make_policy("summarize").result_allowance(1_000) == 750 // 2
+
+
+def test_the_answer_reserve_scales_with_the_window():
+    assert [default_answer_reserve(n) for n in (1_024, 2_048, 4_096, 32_768)] == [256, 512, 1_024, 1_024]
+    assert AgentConfig().answer_reserve(2_048) == 512
+    assert AgentConfig(answer_reserve_tokens=700).answer_reserve(2_048) == 700
+
+
+def test_in_a_small_window_keep_last_k_cuts_a_result_it_could_never_keep_and_researches_on(tools, tmp_path):
+    """A window (the scripted engine counts bytes) where the second search result of the docs passes the budget:
+    force-answer stops there; keep-last-k and summarize cut each result to what they could keep when it arrives (the
+    observation says so) and search on to their answer without overflowing."""
+    n_ctx = 8_000
+    outcomes = {}
+    for policy in ("force-answer", "keep-last-k", "summarize"):
+        engine = ScriptedEngine(researcher, n_ctx=n_ctx)
+        agent = Agent(engine, tools, config=AgentConfig(context_policy=policy, max_turns=12))
+        result, _ = collect_events(agent.events(QUESTION))
+        assert max(len(p) for p in engine.prompts) < n_ctx, policy
+        outcomes[policy] = result
+    forced = outcomes["force-answer"]
+    assert forced.termination == "answered_token_limit" and forced.totals.tool_calls < len(QUERIES)
+    for policy in ("keep-last-k", "summarize"):
+        result = outcomes[policy]
+        assert result.termination == "answered" and result.answer == "all of them", (policy, result.termination)
+        assert result.totals.tool_calls == len(QUERIES), (policy, result.totals)
+        cut = [m["content"] for m in result.messages if m["role"] == "user" and "[Cut to fit the context: " in
+               m["content"]]
+        assert cut or policy == "summarize", policy  # a summarize restart may have dropped the cut ones

@@ -117,3 +117,30 @@ def test_keep_last_k_researches_to_the_turn_limit(runs):
     result, events, _ = runs["keep-last-k"]
     assert result.totals.tool_calls == 5, result.totals
     assert sum(isinstance(e, ContextCompacted) for e in events) >= 4
+
+
+def test_at_a_phone_window_with_default_settings_compacting_policies_cut_results_and_research_on(
+        engine, tools, tmp_path, real_model_run):
+    """n_ctx 2,048 with the default reserve, keep_last and max_summaries: every search result is larger than the
+    budget, so force-answer answers after its first call, while keep-last-k and summarize cut each result to what
+    they can keep when it arrives (its observation ends with the cut note), make the calls the grammar asks for and
+    end with an answer. Certain for any sampled text: the turns are bounded, and a cut result leaves room for the
+    next call."""
+    config = {"strict": True, "min_tool_calls": 3, "max_turns": 3, "seed": real_model_run.seed(5),
+              "sampling": SamplingParams(max_tokens=200),
+              "grammar_limits": GrammarLimits(reasoning_chars=60, string_chars=40, list_items=1, answer_chars=120)}
+    outcomes = {}
+    for policy in ("force-answer", "keep-last-k", "summarize"):
+        agent = Agent(engine, tools, config=AgentConfig(context_policy=policy, **config),
+                      trajectory_path=tmp_path / f"{policy}.jsonl")
+        result, _ = collect_events(agent.events(QUESTION))
+        assert result.termination in ("answered", "answered_token_limit", "answered_max_steps") and result.answer
+        [trajectory] = read_journal(tmp_path / f"{policy}.jsonl").trajectories
+        assert all(t.stats["prompt_tokens"] + t.stats["tokens_decoded"] <= N_CTX for t in trajectory.turns)
+        outcomes[policy] = (result, trajectory)
+    forced, _ = outcomes["force-answer"]
+    assert forced.totals.tool_calls == 1, forced.totals
+    for policy in ("keep-last-k", "summarize"):
+        result, trajectory = outcomes[policy]
+        assert result.totals.tool_calls > forced.totals.tool_calls, (policy, result.totals)
+        assert any("[Cut to fit the context: " in (t.observation or "") for t in trajectory.turns), policy

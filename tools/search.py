@@ -184,10 +184,13 @@ def parse_search_observation(text: str) -> list[dict[str, Any]] | None:
     """The blocks of a search observation (the text inside ``<tool_response>``; the inverse of
     ``format_search_observation``): ``[{"query": str, "web_page_info_list": [{"title", "url", "snippet"}, ...]}]``
     (a hit of the ``rl`` style also has its ``date``)
-    with every hit a dict. None for any other text (a page, a notice, an error)."""
+    with every hit a dict. None for any other text (a page, a notice, an error). A note line after the JSON (the
+    ``[Cut to fit the context: ...]`` of a result cut by a context policy, ``protocol.cut_note``) is allowed."""
     try:
-        blocks = json.loads(text)
+        blocks, end = json.JSONDecoder().raw_decode(text)
     except ValueError:
+        return None
+    if text[end:].strip() and not text[end:].startswith("\n["):
         return None
     if not isinstance(blocks, list):
         return None

@@ -300,7 +300,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                         config.max_turns + 2)
                     agent_config = AgentConfig(max_turns=config.max_turns, max_retries=1, sampling=sampling,
                                                seed=rollout_seed, today=today,
-                                               answer_reserve_tokens=min(1024, config.n_ctx // 4),
+                                               answer_reserve_tokens=None,  # scaled to the window
                                                observation_style=observation_style(config.observation_style))
                     engine = local_engine if served is None else RecordingEngine(served)  # noqa: B023
                     return run_rollout(

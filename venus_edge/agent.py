@@ -79,7 +79,7 @@ from venus_edge.events import (
     TurnStarted,
 )
 from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar, with_choices
-from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, make_policy
+from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, fit_result, make_policy
 from venus_edge.result import (
     ANSWERED,
     ANSWERED_MAX_STEPS,
@@ -102,12 +102,23 @@ from venus_edge.trajectory import Journal, Trajectory, TrajectoryWriter, read_jo
 from venus_edge.turn import Turn
 
 # The termination reasons (ANSWERED, MAX_STEPS, ...) and their words live in venus_edge.result.
-__all__ = ["Agent", "AgentConfig", "resumable_session"]
+__all__ = ["Agent", "AgentConfig", "default_answer_reserve", "resumable_session"]
 logger = logging.getLogger(__name__)
 
 #: The least room, in tokens, that n_ctx must leave for the question and the research after the system prompt and
 #: the answer reserve; settings leaving less are refused when the agent is built.
 MIN_RESEARCH_TOKENS = 256
+
+
+#: The answer reserve's default in a large window (tokens): room for a final turn of a research model.
+MAX_DEFAULT_ANSWER_RESERVE = 1_024
+
+
+def default_answer_reserve(n_ctx: int) -> int:
+    """The answer reserve's floor when none is set: a quarter of the window, at most ``MAX_DEFAULT_ANSWER_RESERVE``
+    tokens (1,024 from n_ctx 4,096 on; 512 at a phone's 2,048, where 1,024 would leave half the window unused by
+    research). The reserve still grows to the longest turn seen (``_Run.reserve``)."""
+    return min(MAX_DEFAULT_ANSWER_RESERVE, n_ctx // 4)
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,8 @@ class AgentConfig:
         max_prompt_tokens: prompt budget in tokens before the context policy acts (reference: ~240K); the
             engine's ``n_ctx`` minus the answer reserve caps it too.
         answer_reserve_tokens: the floor, in tokens, of the room kept free in ``n_ctx`` for a final turn; the
-            reserve grows to the longest turn seen so far plus the limit notice when that is more.
+            reserve grows to the longest turn seen so far plus the limit notice when that is more. None: scaled to
+            the window, ``default_answer_reserve(n_ctx)`` (a quarter of it, at most 1,024).
         context_policy: what happens at the budget: ``force-answer`` (the reference), ``keep-last-k`` or
             ``summarize`` (``venus_edge.policies``).
         keep_last: tool results kept whole by ``keep-last-k``.
@@ -147,7 +159,7 @@ class AgentConfig:
 
     max_turns: int = 200
     max_prompt_tokens: int = 240_000
-    answer_reserve_tokens: int = 1_024
+    answer_reserve_tokens: int | None = None
     context_policy: str = "force-answer"
     keep_last: int = 3
     max_summaries: int = 3
@@ -172,9 +184,14 @@ class AgentConfig:
             raise ValueError(f"max_retries must be >= 1, got {self.max_retries}")
         if self.time_limit_s <= 0:
             raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
-        if self.answer_reserve_tokens < 0:
+        if self.answer_reserve_tokens is not None and self.answer_reserve_tokens < 0:
             raise ValueError(f"answer_reserve_tokens must be >= 0, got {self.answer_reserve_tokens}")
         self.make_policy()  # a bad policy name or setting fails here, before anything runs
+
+    def answer_reserve(self, n_ctx: int) -> int:
+        """The reserve's floor in a window of ``n_ctx`` tokens: ``answer_reserve_tokens``, or when None
+        ``default_answer_reserve(n_ctx)``."""
+        return default_answer_reserve(n_ctx) if self.answer_reserve_tokens is None else self.answer_reserve_tokens
 
     def make_policy(self) -> ContextPolicy:
         """A new context policy as this config names it (each session gets its own: policies keep state).
@@ -290,7 +307,8 @@ class Agent:
     def _check_context(self, config: AgentConfig) -> None:
         """Refuse a reserve and a window that leave less than ``MIN_RESEARCH_TOKENS`` for the research; the fix named
         is computed from the system prompt's real length, so following it works."""
-        n_ctx, reserve = self.engine.n_ctx, config.answer_reserve_tokens
+        n_ctx = self.engine.n_ctx
+        reserve = config.answer_reserve(n_ctx)
         system = protocol.render_messages([{"role": "system", "content": protocol.render_system_prompt(
             self.registry.schemas, config.today or Date.today(), style=config.observation_style)}],
             add_generation_prompt=False)
@@ -579,7 +597,7 @@ class _Session:
         """Tokens kept free for a final turn: the configured floor, or the longest turn so far plus the limit
         notice when that is more (capped at half of n_ctx, so a runaway turn cannot leave no budget at all)."""
         observed = min(self.longest_turn + self._notice_tokens, self.engine.n_ctx // 2)
-        return max(self.config.answer_reserve_tokens, observed)
+        return max(self.config.answer_reserve(self.engine.n_ctx), observed)
 
     @property
     def budget(self) -> int:
@@ -742,7 +760,7 @@ class _Session:
             if attempt.call is not None:
                 self.tool_calls[index] = {"name": attempt.call.name, "arguments": attempt.call.arguments}
                 result, tool_s = yield from self._call_tool(step, attempt.call)
-                text = protocol.observation(result.text)
+                text = protocol.observation(self._fit_result(result.text))
             else:
                 text = protocol.format_error_message(self.config.observation_style)
                 result, tool_s = ToolResult(""), None
@@ -817,6 +835,16 @@ class _Session:
             return (yield from self._force_answer(next_step, "context",
                                                   ANSWERED_TOKEN_LIMIT, TOKEN_LIMIT_NO_ANSWER))
         return None
+
+    def _fit_result(self, text: str) -> str:
+        """A tool result larger than the context policy could ever keep, cut to the policy's allowance when it
+        arrives (``ContextPolicy.result_allowance``, ``policies.fit_result``): in a small window one search result
+        can be larger than the room a compaction leaves, which would force the answer after the first call."""
+        research_room = self.budget - self._count_tokens(self.messages[:2])
+        allowance = self.policy.result_allowance(research_room)
+        if allowance is None:
+            return text
+        return fit_result(text, lambda cut: len(self.engine.tokenize(protocol.observation(cut))) <= allowance)
 
     def _apply(self, compaction: Compaction) -> None:
         self.messages = [dict(m) for m in compaction.messages]

@@ -126,9 +126,9 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
                              "last K tool results whole, or summarize the evidence and restart")
     parser.add_argument("--keep-last", type=count_argument(0), default=3, metavar="K",
                         help="tool results kept whole by --context-policy keep-last-k (default 3)")
-    parser.add_argument("--answer-reserve", type=count_argument(0), default=1_024, metavar="N",
-                        help="tokens of n_ctx always kept free for the final answer, at least (default 1024; "
-                             "grows to the longest turn seen)")
+    parser.add_argument("--answer-reserve", type=count_argument(0), default=None, metavar="N",
+                        help="tokens of n_ctx always kept free for the final answer, at least (default: a quarter "
+                             "of --n-ctx, at most 1024; grows to the longest turn seen)")
     parser.add_argument("--python", action="store_true",
                         help="turn on the PythonInterpreter tool: the model's code runs in a sandbox (no network, a "
                              "fresh temporary folder, CPU, memory, process, output and time limits); off, a call gets "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import venus_edge.protocol as protocol
+from venus_edge.tools.search import format_search_observation, parse_search_observation
 
 __all__ = [
     "POLICIES",
@@ -39,6 +40,7 @@ __all__ = [
     "ForceAnswer",
     "KeepLastK",
     "Summarize",
+    "fit_result",
     "make_policy",
 ]
 
@@ -93,6 +95,12 @@ class ContextPolicy(ABC):
     """Decides what happens when the prompt passes the budget. ``name`` is what ``--context-policy`` takes."""
 
     name: ClassVar[str] = ""
+
+    def result_allowance(self, research_room: int) -> int | None:
+        """The most tokens one tool result may take, given ``research_room`` (the budget less the system prompt and
+        the question); a larger one is cut to it when it arrives (``fit_result``), since this policy could never
+        keep it whole. None (the default): results are not cut."""
+        return None
 
     def notes_request(self, context: CompactionContext) -> str | None:
         """A notice asking the model for notes before ``compact`` (``Summarize``), or None (the default). The agent
@@ -160,6 +168,13 @@ class KeepLastK(ContextPolicy):
         return Compaction(messages, f"stubbed {len(stubbed)} tool result(s), kept the last {len(kept)}",
                           forget_calls=tuple(i - 1 for i in stubbed))
 
+    def result_allowance(self, research_room: int) -> int | None:
+        """A share of the room that lets the last ``keep_last`` results and the turns between them fit: one in
+        ``keep_last + 1`` of what a compaction may fill. None with ``keep_last`` 0: no result is kept at all."""
+        if self.keep_last == 0:
+            return None
+        return int(research_room * self.max_fill) // (self.keep_last + 1)
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "keep_last": self.keep_last, "max_fill": self.max_fill}
 
@@ -189,6 +204,10 @@ class Summarize(ContextPolicy):
     def notes_request(self, context: CompactionContext) -> str | None:
         return protocol.SUMMARY_NOTICE if self.done < self.max_summaries else None
 
+    def result_allowance(self, research_room: int) -> int | None:
+        """Half of what a restart may fill: the other half holds the notes and the turns that follow them."""
+        return int(research_room * self.max_fill) // 2
+
     def compact(self, context: CompactionContext) -> Compaction | None:
         summary = context.notes
         if self.done >= self.max_summaries or not summary or not summary.strip():
@@ -206,6 +225,49 @@ class Summarize(ContextPolicy):
 
     def resume(self, compactions: Sequence[Mapping[str, Any]]) -> None:
         self.done = sum(1 for c in compactions if c.get("policy") == self.name)
+
+
+def fit_result(text: str, fits: Callable[[str], bool]) -> str:
+    """Tool result ``text`` (what goes inside ``<tool_response>``) cut until ``fits`` accepts it, ending with a
+    ``protocol.cut_note`` that says what was cut; unchanged when it fits.
+
+    A search result (``tools.search.parse_search_observation``) loses its lowest-ranked hits first, one at a time
+    from the query that has the most left, and stays the JSON of its style; any other text, or a search result
+    that does not fit even without hits, keeps its longest beginning that fits, cut at a line break (else a
+    space) where one is in its last quarter. An empty text with the note is the least it can become."""
+    if fits(text):
+        return text
+    blocks = parse_search_observation(text)
+    if blocks:
+        total = sum(len(block["web_page_info_list"]) for block in blocks)
+        while any(block["web_page_info_list"] for block in blocks):
+            fullest = max(blocks, key=lambda block: len(block["web_page_info_list"]))
+            fullest["web_page_info_list"].pop()
+            shown = sum(len(block["web_page_info_list"]) for block in blocks)
+            cut = (format_search_observation(blocks) + "\n" + protocol.cut_note(
+                f"{shown} of {total} results shown; search again, more narrowly, for others"))
+            if fits(cut):
+                return cut
+    low, high = 0, len(text)  # the longest beginning that fits, by bisection on characters
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(_text_cut(text, middle)):
+            low = middle
+        else:
+            high = middle - 1
+    return _text_cut(text, low)
+
+
+def _text_cut(text: str, length: int) -> str:
+    """The first ``length`` characters of ``text``, back to a line break or a space in their last quarter, with
+    the note."""
+    kept = text[:length]
+    for separator in ("\n", " "):
+        at = kept.rfind(separator)
+        if at >= length * 3 // 4:
+            kept = kept[:at]
+            break
+    return f"{kept.rstrip()}\n" + protocol.cut_note(f"the first {len(kept):,} of {len(text):,} characters shown")
 
 
 #: Policy names (``--context-policy``) -> classes.

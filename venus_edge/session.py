@@ -83,7 +83,8 @@ class SessionSettings:
         required_calls: with ``strict``, the tools of the first calls, in order, before an answer is allowed.
         context_policy: at the context budget: ``force-answer``, ``keep-last-k`` or ``summarize``.
         keep_last: tool results kept whole by ``keep-last-k``.
-        answer_reserve_tokens: tokens of n_ctx always kept free for the final answer, at least.
+        answer_reserve_tokens: tokens of n_ctx always kept free for the final answer, at least; None: a quarter of
+            n_ctx, at most 1,024 (``agent.default_answer_reserve``).
         python: turn the ``PythonInterpreter`` tool on (``venus_edge.tools.python_interpreter``): the model's code
             runs in a sandbox with limits and no network. Off, a call gets the RL environment's answer for a tool it
             did not have (``Error: Tool PythonInterpreter not found``) and the prompt does not list the tool.
@@ -121,7 +122,7 @@ class SessionSettings:
     required_calls: tuple[str, ...] = ()
     context_policy: str = "force-answer"
     keep_last: int = 3
-    answer_reserve_tokens: int = 1_024
+    answer_reserve_tokens: int | None = None
     python: bool = False
     python_unsandboxed_network: bool = False
     observation_style: ObservationStyle = "inference"  # protocol.DEFAULT_OBSERVATION_STYLE (a test checks)
