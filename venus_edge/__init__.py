@@ -32,7 +32,7 @@ from venus_edge.lazy import LazyExports as _LazyExports
 # Names load on first use, so that `venus-edge --help` and tools that only need the protocol stay light.
 # Keys are module paths under venus_edge; the engines' names come from their modules in venus_edge.engines.
 _MODULE_EXPORTS = {
-    "agent": ("Agent", "AgentConfig", "resumable_session"),
+    "agent": ("Agent", "AgentConfig", "default_answer_reserve", "resumable_session"),
     "result": ("NO_SOURCES", "TERMINATIONS", "Result", "SessionTotals", "Termination", "termination_of"),
     "engines.base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
                      "stream_generation"),
@@ -53,7 +53,7 @@ _MODULE_EXPORTS = {
                "TurnStarted"),
     "grammar": ("GrammarLimits",),
     "policies": ("POLICIES", "Compaction", "CompactionContext", "ContextPolicy", "ForceAnswer", "KeepLastK",
-                 "Summarize", "make_policy"),
+                 "Summarize", "fit_result", "make_policy"),
     "provenance": ("MachineInfo", "ModelFile", "RunRecord", "command_flags", "describe_run", "model_file_record"),
     "session_lock": ("SessionLock",),
     "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
@@ -64,7 +64,7 @@ _MODULE_EXPORTS = {
 _EXPORTS = _LazyExports(__name__, _MODULE_EXPORTS)
 
 if _TYPE_CHECKING:
-    from venus_edge.agent import Agent, AgentConfig, resumable_session
+    from venus_edge.agent import Agent, AgentConfig, default_answer_reserve, resumable_session
     from venus_edge.engines.base import (
         Completion,
         Engine,
@@ -122,6 +122,7 @@ if _TYPE_CHECKING:
         ForceAnswer,
         KeepLastK,
         Summarize,
+        fit_result,
         make_policy,
     )
     from venus_edge.provenance import MachineInfo, ModelFile, RunRecord, command_flags, describe_run, model_file_record
