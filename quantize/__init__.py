@@ -17,7 +17,7 @@ _MODULE_EXPORTS = {
                 "resolve_checkpoint"),
     "errors": (
         "CheckpointNotFoundError", "ConversionError", "DiskFullError", "GGUFReadError", "MissingTensorError",
-        "OutputNotWritableError", "QuantizationError", "QuantizeError", "TensorShapeError",
+        "OutputNotWritableError", "QuantizationError", "QuantizeError", "QuantizedSourceError", "TensorShapeError",
         "TokenizerFilesMissingError", "UnsupportedArchitectureError",
     ),
     "evaluate": (
@@ -26,6 +26,8 @@ _MODULE_EXPORTS = {
     ),
     "gguf_info": ("GGUFHeader", "TensorInfo", "ggml_type_name", "inspect_gguf", "read_gguf_header"),
     "output": ("check_output_path", "temporary_output"),
+    "phone": ("FULL_PRECISION_TYPES", "PHONE_TYPES", "check_master", "find_master_beside", "master_type",
+              "phone_memory_line", "phone_memory_lines"),
     "quantize": ("QUANT_TYPES", "Fallback", "QuantizeReport", "quantize_gguf"),
     "qwen_tokenizer": (
         "QWEN2_SPLIT_PATTERN", "QWEN3_ADDED_TOKENS", "QWEN3_FIRST_ADDED_ID", "build_qwen3_tokenizer_files",

@@ -1,6 +1,7 @@
 """The `venus-edge quantize` and `venus-edge inspect` commands.
 
     venus-edge quantize SOURCE --types Q4_K_M,Q8_0 --out DIR [--base-type f16] [--hf-parity]
+    venus-edge quantize SOURCE --target phone --out DIR
     venus-edge inspect FILE.gguf [--json] [--tensors]
 
 `add_commands` registers the parsers without importing gguf, llama.cpp or numpy, so the runtime's CLI works
@@ -29,15 +30,23 @@ COMMANDS = ("quantize", "inspect")
 EXIT_OK, EXIT_USAGE, EXIT_ERROR = 0, 2, 3
 _QUANT_TYPES = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")  # = quantize.QUANT_TYPES, without importing gguf
 _BASE_TYPES = ("f32", "f16", "bf16")
+_DEFAULT_TYPES = "Q4_K_M,Q8_0"
+_PHONE_TYPES = ("Q4_0", "Q8_0")  # = phone.PHONE_TYPES, without importing gguf
+_TARGETS = ("phone",)
 
 
 _QUANTIZE_DESCRIPTION = """\
 Convert SOURCE (a Qwen3 checkpoint folder or hub repo) to a base GGUF, quantize it to each of --types, and verify
 each against the base: KL divergence, top-1 agreement, perplexity and an agentic check that tool calls still parse.
-Writes NAME-<type>.gguf for the base and each quant, table.md and table.json in --out.
+Writes NAME-<type>.gguf for the base and each quant, table.md and table.json in --out. SOURCE may also be an
+F16/BF16/F32 GGUF (the master: it is the base, used where it lies); a quantized GGUF is refused.
 
-example:
+--target phone writes Q4_0 and Q8_0 (the types ARM builds of llama.cpp repack at load time) beside the master,
+and prints what each file needs on the memory planner's phone presets (venus-edge plan FILE --device phone-8gb).
+
+examples:
   venus-edge quantize inclusionAI/DR-Venus-4B-RL --types Q4_K_M,Q8_0 --out models/
+  venus-edge quantize inclusionAI/DR-Venus-4B-RL --target phone --out phone/
 """
 
 
@@ -56,9 +65,14 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     quantize = subparsers.add_parser("quantize",
                                      help="convert a HF checkpoint to GGUF, quantize it and verify every quant",
                                      description=_QUANTIZE_DESCRIPTION)
-    quantize.add_argument("source", metavar="SOURCE", help="a checkpoint folder, or a hub repo owner/name")
-    quantize.add_argument("--types", default="Q4_K_M,Q8_0", metavar="T1,T2",
-                          help=f"comma-separated quant types among {', '.join(_QUANT_TYPES)} (default Q4_K_M,Q8_0)")
+    quantize.add_argument("source", metavar="SOURCE",
+                          help="a checkpoint folder, a hub repo owner/name, or an F16/BF16/F32 GGUF (the master)")
+    quantize.add_argument("--types", default=None, metavar="T1,T2",
+                          help=f"comma-separated quant types among {', '.join(_QUANT_TYPES)} (default "
+                               f"{_DEFAULT_TYPES}; with --target phone: {','.join(_PHONE_TYPES)}, and no other)")
+    quantize.add_argument("--target", default=None, choices=_TARGETS,
+                          help="a device profile: phone writes Q4_0 and Q8_0 beside the master and prints their "
+                               "memory plans on the phone presets (default: none, --types decides)")
     quantize.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder (created if missing)")
     quantize.add_argument("--base-type", default="f16", choices=_BASE_TYPES, help="type of the base GGUF (default f16)")
     quantize.add_argument("--calibration", type=Path, default=None, metavar="FILE",
@@ -168,13 +182,25 @@ class _Progress:
 
 
 def _parse_types(args: argparse.Namespace) -> list[str]:
-    types = [t.strip().upper() for t in args.types.split(",") if t.strip()]
+    """--types, or the --target profile's types; an explicit --types other than the profile's is a usage error
+    (the profile exists to name the types; two answers to one question would leave one ignored)."""
+    given = _DEFAULT_TYPES if args.types is None else args.types
+    if args.target == "phone" and args.types is None:
+        given = ",".join(_PHONE_TYPES)
+    types = [t.strip().upper() for t in given.split(",") if t.strip()]
     unknown = [t for t in types if t not in _QUANT_TYPES]
     if not types or unknown:
         args._command_parser.error(
-            f"--types {args.types!r}: unknown {', '.join(unknown) or '(none given)'}; "
+            f"--types {given!r}: unknown {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(_QUANT_TYPES)}"
         )
+    if args.target == "phone" and set(types) != set(_PHONE_TYPES):
+        args._command_parser.error(
+            f"--target phone writes {' and '.join(_PHONE_TYPES)} (the types ARM builds repack), but --types is "
+            f"{args.types!r}; drop --types, or drop --target phone to choose the types yourself"
+        )
+    if args.hf_parity and Path(args.source).is_file():
+        args._command_parser.error(f"--hf-parity compares with a checkpoint; SOURCE {args.source} is a GGUF file")
     if args.n_ctx < 8:
         args._command_parser.error(f"--n-ctx must be at least 8, got {args.n_ctx}")
     return list(dict.fromkeys(types))
@@ -206,14 +232,25 @@ def _quantize(args: argparse.Namespace) -> int:
     """Convert, quantize each type, verify each against the base; print and write the table."""
     types = _parse_types(args)
     from .convert import resolve_checkpoint
+    from .phone import check_master
 
     calibration = _calibration_text(args)
-    folder, repo_id = resolve_checkpoint(args.source)
+    source = Path(args.source)
+    master = source if source.is_file() else None  # a GGUF source is the master, used where it lies
+    if master is not None:  # checked before anything is written
+        master_header, master_type = check_master(master)
+        name = _name_without_type(master)
+        _check_master_not_overwritten(master, args.out, name, types)
+    else:
+        folder, repo_id = resolve_checkpoint(args.source)
+        name = (repo_id.split("/")[-1] if repo_id else folder.resolve().name) or "model"
     _prepare_out_dir(args.out)
-    name = (repo_id.split("/")[-1] if repo_id else folder.resolve().name) or "model"
-    n_steps = 1 + int(args.hf_parity) + 2 * len(types)
+    n_steps = int(master is None) + int(args.hf_parity) + 2 * len(types)
     progress = _Progress(n_steps, sys.stderr, quiet=args.quiet)
-    base_path, table = _convert_base(args, folder, name, progress)
+    if master is not None:
+        base_path, table = _master_base(args, master, master_type, master_header.file_size_bytes)
+    else:
+        base_path, table = _convert_base(args, folder, name, progress)
     for qtype in types:
         row, comparison = _quantize_and_verify(args, base_path, name, qtype, progress, calibration)
         table.rows.append(row)
@@ -222,7 +259,53 @@ def _quantize(args: argparse.Namespace) -> int:
     (args.out / "table.json").write_text(table.to_json(), encoding="utf-8")
     print(table.to_markdown(), end="")
     print(f"\nwrote {args.out / 'table.md'} and {args.out / 'table.json'}")
+    if args.target == "phone":
+        _print_phone_plans(base_path, [args.out / f"{name}-{qtype}.gguf" for qtype in types])
     return EXIT_OK
+
+
+def _name_without_type(master: Path) -> str:
+    """The output name for a GGUF master: its stem less a trailing -f16/-bf16/-f32 (`M-f16.gguf` -> `M`)."""
+    stem = master.stem
+    for base_type in _BASE_TYPES:
+        if stem.lower().endswith(f"-{base_type}"):
+            return stem[: -len(base_type) - 1] or stem
+    return stem
+
+
+def _check_master_not_overwritten(master: Path, out_dir: Path, name: str, types: list[str]) -> None:
+    from .errors import QuantizeError
+
+    for qtype in types:
+        out_path = out_dir / f"{name}-{qtype}.gguf"
+        if out_path.resolve() == master.resolve():
+            raise QuantizeError(f"the {qtype} output {out_path} would replace the master {master} itself; "
+                                "rename the master (e.g. NAME-f16.gguf) or choose another --out")
+
+
+def _print_phone_plans(master: Path, quants: list[Path]) -> None:
+    """The master's path, and each file's plan on the phone presets (as `venus-edge plan FILE --device` plans)."""
+    from venus_edge.engines.llama_cpp import DEFAULT_HELPER_N_CTX
+
+    from .phone import phone_memory_lines
+
+    print(f"master (keep it: every later quant comes from it, never from a quant): {master}")
+    print("on the phone presets (venus-edge plan FILE --device NAME; the window includes visit's helper context):")
+    for line in phone_memory_lines([master, *quants], helper_n_ctx=DEFAULT_HELPER_N_CTX):
+        print(f"  {line}")
+
+
+def _master_base(
+    args: argparse.Namespace, master: Path, master_type: str, size_bytes: int,
+) -> tuple[Path, VerificationTable]:
+    """A GGUF master as the base, used where it lies: the table with its row (and its agentic check)."""
+    from .evaluate import VerificationRow, VerificationTable, agentic_check
+
+    row = VerificationRow(file=master.name, file_type=master_type, size_bytes=size_bytes)
+    if args.agentic_tokens > 0:
+        agentic = agentic_check(master, max_tokens=args.agentic_tokens)
+        row.agentic_failed, row.agentic_total = agentic.n_failed, agentic.n_prompts
+    return master, VerificationTable(reference=master.name, rows=[row])
 
 
 def _convert_base(

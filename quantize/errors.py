@@ -11,6 +11,7 @@ QuantizeError
 │   ├── OutputNotWritableError
 │   └── DiskFullError
 ├── GGUFReadError                   a GGUF file that is missing, truncated or corrupt
+├── QuantizedSourceError            a quantized GGUF given where the full-precision master belongs
 └── QuantizationError               llama.cpp's quantizer failed or the type is unknown
 ```
 
@@ -33,6 +34,7 @@ __all__ = [
     "OutputNotWritableError",
     "QuantizationError",
     "QuantizeError",
+    "QuantizedSourceError",
     "TensorShapeError",
     "TokenizerFilesMissingError",
     "UnsupportedArchitectureError",
@@ -148,3 +150,15 @@ class QuantizationError(QuantizeError):
     def __init__(self, in_path: Path, qtype: str, reason: str) -> None:
         self.in_path, self.qtype = in_path, qtype
         super().__init__(f"quantizing {in_path} to {qtype} failed: {reason}")
+
+
+class QuantizedSourceError(QuantizeError):
+    """A GGUF source that is already quantized: quantizing it again would lose quality twice (nothing is written)."""
+
+    def __init__(self, source: Path, file_type: str, master: Path | None) -> None:
+        self.source, self.file_type, self.master = source, file_type, master
+        instead = (f"quantize from the master beside it instead: {master}" if master is not None else
+                   "no F16/BF16/F32 GGUF lies beside it; convert from the checkpoint instead: "
+                   "venus-edge quantize CHECKPOINT_FOLDER_OR_REPO --out DIR")
+        super().__init__(f"{source} is already quantized ({file_type}); quantizing it again would lose quality "
+                         f"twice, so nothing was written; {instead}")
