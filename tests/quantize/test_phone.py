@@ -153,3 +153,10 @@ def test_gguf_master_as_source(tiny_gguf_f16, tmp_path):
         ("tiny-qwen3-f16.gguf", "F16"), ("tiny-qwen3-Q4_0.gguf", "Q4_0"), ("tiny-qwen3-Q8_0.gguf", "Q8_0")]
     assert f"master (keep it: every later quant comes from it, never from a quant): {tiny_gguf_f16}" in stdout
     assert "  tiny-qwen3-f16.gguf: phone-4gb fits" in stdout
+
+
+def test_cli_names_the_phone_types_of_the_phone_module():
+    """The CLI keeps its own copy (it registers without importing gguf); the two must agree."""
+    from venus_edge.quantize import cli, phone
+
+    assert cli._PHONE_TYPES == phone.PHONE_TYPES
