@@ -24,6 +24,7 @@ from venus_edge.policies import (
 )
 from venus_edge.testing import ScriptedEngine, answer_turn, collect_events, tool_call_turn
 from venus_edge.toolbox import default_tools
+from venus_edge.tools.base import cut_note, split_cut_note
 from venus_edge.tools.corpus import Hit
 from venus_edge.tools.search import format_search_observation, parse_search_observation
 from venus_edge.trajectory import read_journal, rebuild_messages
@@ -315,8 +316,8 @@ def test_a_search_result_is_cut_by_its_lowest_ranked_hits_and_stays_a_search_res
     assert urls[1] == [f"https://example.org/{r}" for r in range(10, 10 + len(urls[1]))]
     assert len(urls[0]) >= len(urls[1]) - 1  # the fullest query lost hits first
     kept = sum(map(len, urls))
-    body, note = protocol.split_cut_note(cut)
-    assert note == protocol.cut_note(f"{kept} of 14 results shown; search again, more narrowly, for others")
+    body, note = split_cut_note(cut)
+    assert note == cut_note(f"{kept} of 14 results shown; search again, more narrowly, for others")
     assert body == format_search_observation(shown)
     assert ('"date": "2024-05-01"' in body) is (style == "rl")
 
@@ -324,13 +325,13 @@ def test_a_search_result_is_cut_by_its_lowest_ranked_hits_and_stays_a_search_res
 def test_a_text_result_keeps_its_longest_beginning_that_fits_cut_at_a_line():
     page = "\n".join(f"Line {n}: " + " ".join(["text"] * 12) for n in range(60))
     cut = fit_result(page, lambda candidate: len(candidate) <= 1_000)
-    body, note = protocol.split_cut_note(cut)
+    body, note = split_cut_note(cut)
     assert len(cut) <= 1_000 and page.startswith(body) and page[len(body)] == "\n"  # ends at a line break
     assert len(body) > 1_000 * 3 // 4 - 120  # the most that fits, less at most one line
-    assert note == protocol.cut_note(f"the first {len(body):,} of {len(page):,} characters shown")
+    assert note == cut_note(f"the first {len(body):,} of {len(page):,} characters shown")
     assert fit_result(page, lambda candidate: True) == page  # a result that fits is not touched
     nothing = fit_result(page, lambda candidate: False)
-    assert protocol.split_cut_note(nothing) == ("", protocol.cut_note(f"the first 0 of {len(page):,} characters shown"))
+    assert split_cut_note(nothing) == ("", cut_note(f"the first 0 of {len(page):,} characters shown"))
 
 
 def test_each_policy_says_how_large_a_result_it_can_keep():

@@ -50,7 +50,9 @@ __all__ = [
     "arguments_schema",
     "call_key",
     "coerce_arguments",
+    "cut_note",
     "load_entry_point_tools",
+    "split_cut_note",
     "takes_deadline",
     "validate_arguments",
 ]
@@ -553,6 +555,24 @@ def arguments_schema(tool: Tool) -> dict[str, Any]:
     else its ``schema``."""
     schema: dict[str, Any] = getattr(tool, "arguments_schema", None) or tool.schema
     return schema
+
+
+_CUT_PREFIX = "[Cut to fit the context: "
+
+
+def cut_note(detail: str) -> str:
+    """The line a tool result cut to fit the context ends with, after a line break (``policies.fit_result``):
+    ``[Cut to fit the context: {detail}.]``. Our text, not the reference's; it lives with the tool results because
+    the tools read results back (``search.parse_search_observation``)."""
+    return f"{_CUT_PREFIX}{detail}.]"
+
+
+def split_cut_note(text: str) -> tuple[str, str | None]:
+    """``text`` without the ``cut_note`` it ends with, and that note (None when it has none)."""
+    start = text.rfind("\n" + _CUT_PREFIX)
+    if start < 0 or not text.endswith(".]"):
+        return text, None
+    return text[:start], text[start + 1:]
 
 
 def unknown_tool_message(name: str, valid: Sequence[str]) -> str:

@@ -26,7 +26,15 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from venus_edge.tools.base import Deadline, ToolAttempt, ToolFailure, ToolResult, as_list, takes_deadline
+from venus_edge.tools.base import (
+    Deadline,
+    ToolAttempt,
+    ToolFailure,
+    ToolResult,
+    as_list,
+    split_cut_note,
+    takes_deadline,
+)
 from venus_edge.tools.corpus import Corpus, Hit
 from venus_edge.tools.observation_styles import DEFAULT_OBSERVATION_STYLE, ObservationStyle, observation_style
 
@@ -184,13 +192,11 @@ def parse_search_observation(text: str) -> list[dict[str, Any]] | None:
     """The blocks of a search observation (the text inside ``<tool_response>``; the inverse of
     ``format_search_observation``): ``[{"query": str, "web_page_info_list": [{"title", "url", "snippet"}, ...]}]``
     (a hit of the ``rl`` style also has its ``date``)
-    with every hit a dict. None for any other text (a page, a notice, an error). A note line after the JSON (the
-    ``[Cut to fit the context: ...]`` of a result cut by a context policy, ``protocol.cut_note``) is allowed."""
+    with every hit a dict. None for any other text (a page, a notice, an error). The JSON may end with the
+    ``base.cut_note`` of a result cut by a context policy."""
     try:
-        blocks, end = json.JSONDecoder().raw_decode(text)
+        blocks = json.loads(split_cut_note(text)[0])
     except ValueError:
-        return None
-    if text[end:].strip() and not text[end:].startswith("\n["):
         return None
     if not isinstance(blocks, list):
         return None

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import venus_edge.protocol as protocol
+from venus_edge.tools.base import cut_note
 from venus_edge.tools.search import format_search_observation, parse_search_observation
 
 __all__ = [
@@ -229,7 +230,7 @@ class Summarize(ContextPolicy):
 
 def fit_result(text: str, fits: Callable[[str], bool]) -> str:
     """Tool result ``text`` (what goes inside ``<tool_response>``) cut until ``fits`` accepts it, ending with a
-    ``protocol.cut_note`` that says what was cut; unchanged when it fits.
+    ``tools.base.cut_note`` that says what was cut; unchanged when it fits.
 
     A search result (``tools.search.parse_search_observation``) loses its lowest-ranked hits first, one at a time
     from the query that has the most left, and stays the JSON of its style; any other text, or a search result
@@ -244,7 +245,7 @@ def fit_result(text: str, fits: Callable[[str], bool]) -> str:
             fullest = max(blocks, key=lambda block: len(block["web_page_info_list"]))
             fullest["web_page_info_list"].pop()
             shown = sum(len(block["web_page_info_list"]) for block in blocks)
-            cut = (format_search_observation(blocks) + "\n" + protocol.cut_note(
+            cut = (format_search_observation(blocks) + "\n" + cut_note(
                 f"{shown} of {total} results shown; search again, more narrowly, for others"))
             if fits(cut):
                 return cut
@@ -267,7 +268,7 @@ def _text_cut(text: str, length: int) -> str:
         if at >= length * 3 // 4:
             kept = kept[:at]
             break
-    return f"{kept.rstrip()}\n" + protocol.cut_note(f"the first {len(kept):,} of {len(text):,} characters shown")
+    return f"{kept.rstrip()}\n" + cut_note(f"the first {len(kept):,} of {len(text):,} characters shown")
 
 
 #: Policy names (``--context-policy``) -> classes.

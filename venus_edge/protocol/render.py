@@ -52,7 +52,6 @@ __all__ = [
     "LimitKind",
     "ObservationStyle",
     "ProtocolStyle",
-    "cut_note",
     "format_error_message",
     "is_observation",
     "is_omitted_result",
@@ -71,7 +70,6 @@ __all__ = [
     "render_system_prompt",
     "restart_question",
     "search_hit",
-    "split_cut_note",
     "tokenize_message",
 ]
 
@@ -134,7 +132,6 @@ SUMMARY_NOTICE = (
 )
 _OMITTED_PREFIX = "[Result omitted to free context: "
 _OMITTED_SUFFIX = ". Call the tool again if you need it.]"
-_CUT_PREFIX = "[Cut to fit the context: "
 _RESTART_NOTES = "\n\nNotes from your research so far (earlier turns were removed to free context):\n"
 _RESTART_SOURCES = "\n\nPages already read:\n"
 
@@ -147,20 +144,6 @@ def omitted_result(call: Mapping[str, Any]) -> str:
     if isinstance(arguments, Mapping):
         shown = {key: arguments[key] for key in ("query", "url", "goal") if key in arguments} or dict(arguments)
     return f"{_OMITTED_PREFIX}{call.get('name')} {json.dumps(shown, ensure_ascii=False)}{_OMITTED_SUFFIX}"
-
-
-def cut_note(detail: str) -> str:
-    """The line a tool result cut to fit the context ends with (``policies.fit_result``), after a line break:
-    ``[Cut to fit the context: {detail}.]``. Like ``omitted_result``, our text, not the reference's."""
-    return f"{_CUT_PREFIX}{detail}.]"
-
-
-def split_cut_note(text: str) -> tuple[str, str | None]:
-    """``text`` without the ``cut_note`` it ends with, and that note (None when it has none)."""
-    start = text.rfind("\n" + _CUT_PREFIX)
-    if start < 0 or not text.endswith(".]"):
-        return text, None
-    return text[:start], text[start + 1:]
 
 
 def is_omitted_result(content: str) -> bool:
