@@ -20,6 +20,7 @@ from venus_edge.memory import (
     llama_backends,
     llama_features_of,
     llama_system_info,
+    performance_cores,
     plan_memory,
     read_model_header,
 )
@@ -134,6 +135,47 @@ def test_big_little_phone(tmp_path):
     text = report.render()
     assert "4 performance (2 at 3.19 GHz + 2 at 2.80 GHz), 4 efficiency (4 at 2.02 GHz)" in text, text
     assert f"run DR-Venus-4B: Q4_0, 4 threads, n_ctx {rec.plan.n_ctx:,}, KV cache {rec.plan.kv_type}" in text, text
+
+
+def _x86_desktop(root: Path, freqs_khz: list[int], *, smt: bool) -> Path:
+    """An x86 desktop whose CPUs run at ``freqs_khz`` (SMT pairs n, n + cores when ``smt``)."""
+    cores = len(freqs_khz)
+    cpus = [(cpu, freq, f"{cpu},{cpu + cores}" if smt else str(cpu)) for cpu, freq in enumerate(freqs_khz)]
+    if smt:
+        cpus += [(cpu + cores, freq, f"{cpu},{cpu + cores}") for cpu, freq in enumerate(freqs_khz)]
+    _write(root / "proc/cpuinfo", "\n".join(f"processor\t: {cpu}\nflags\t\t: {X86_FLAGS}\n" for cpu, _, _ in cpus))
+    for cpu, freq, siblings in cpus:
+        _cpu(root, cpu, max_freq_khz=freq, siblings=siblings)
+    return root
+
+
+def test_favoured_cores_are_not_efficiency_cores(tmp_path):
+    """A desktop whose two favoured cores boost 4 % higher (Intel Turbo Boost Max 3.0; AMD preferred cores under
+    amd-pstate give each core its own maximum): every core is a performance core and llama.cpp gets all eight."""
+    itbm = _x86_desktop(tmp_path / "itbm", [5_000_000] * 2 + [4_800_000] * 6, smt=True)
+    report = diagnose(itbm)
+    assert (report.cores("performance"), report.cores("efficiency")) == (8, 0), report.core_groups
+    assert performance_cores(itbm) == 8
+    amd = _x86_desktop(tmp_path / "amd", [5_760_000, 5_740_000, 5_660_000, 5_610_000, 5_580_000, 5_530_000], smt=True)
+    assert (diagnose(amd).cores("performance"), performance_cores(amd)) == (6, 6)
+
+
+def test_hybrid_x86_and_phone_threads_go_to_the_performance_cores(tmp_path):
+    """An Intel hybrid laptop (4 P-cores with SMT at 4.7 GHz, 8 E-cores at 3.5 GHz: 0.74 of the P-cores' clock) and the
+    big.LITTLE phone: ``performance_cores``, which ``physical_cores`` and so every engine's default threads read,
+    counts the fast cores once each, and only those this process may run on."""
+    hybrid = _x86_desktop(tmp_path / "hybrid", [4_700_000] * 4 + [3_500_000] * 8, smt=False)
+    for cpu in range(4):  # the P-cores' hyper-threads, CPUs 12-15
+        _cpu(hybrid, 12 + cpu, max_freq_khz=4_700_000, siblings=f"{cpu},{12 + cpu}")
+        _write(hybrid / f"sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list", f"{cpu},{12 + cpu}\n")
+    report = diagnose(hybrid)
+    assert (report.cores("performance"), report.cores("efficiency")) == (4, 8), report.core_groups
+    assert performance_cores(hybrid) == 4
+    phone = arm_phone(tmp_path / "phone")
+    assert performance_cores(phone) == 4
+    assert performance_cores(phone, allowed={0, 1, 6, 7}) == 2  # pinned to two little and two prime cores
+    assert performance_cores(phone, allowed={0, 1}) is None
+    assert performance_cores(tmp_path / "nothing") is None
 
 
 def test_unreadable_files_are_unknown_and_the_rest_is_reported(tmp_path):

@@ -16,6 +16,7 @@ nothing from the package, so every part may import it.
     ├── ContextOverflowError    a prompt does not fit in n_ctx
     ├── ContextSettingsError    settings that cannot work together in n_ctx (also a ValueError)
     ├── MemoryPlanError         a model and context that do not fit in the RAM budget
+    ├── UnknownFact             a /proc or /sys file that cannot be read (``venus_edge.memory.sysfs``)
     ├── EngineStateError        an engine used after close()
     ├── EngineConnectionError   a model server that cannot be reached or fails (after retries)
     ├── GenerationCancelled     raised by an ``on_text`` callback to stop a generation at its next token

@@ -13,10 +13,9 @@ the model's part reads its GGUF header and asks the memory planner.
 Where the facts come from:
 - features: ``flags`` (x86) or ``Features`` (ARM) in /proc/cpuinfo, under the names llama.cpp prints them
   (``CPU_FEATURES``; ``ggml_backend_cpu_get_features`` in ggml-cpu.cpp); a feature counts when every CPU has it.
-- cores: /sys/devices/system/cpu/cpuN: ``cpufreq/cpuinfo_max_freq`` (kHz), else ``cpu_capacity``, sorts the CPUs
-  into clusters; on a big.LITTLE device the slowest cluster is the efficiency cores and llama.cpp's threads go to
-  the others (a thread on a little core holds every other thread at each step, ``threads_that_fit``); SMT siblings
-  (``topology/thread_siblings_list``) are one core.
+- cores: the clusters of ``venus_edge.memory.sysfs.core_groups`` (by ``cpuinfo_max_freq``, else ``cpu_capacity``);
+  on a big.LITTLE device the slowest cluster is the efficiency cores and llama.cpp's threads go to the others (a
+  thread on a little core holds every other thread at each step, ``threads_that_fit``).
 - RAM: ``MemTotal`` and ``MemAvailable`` in /proc/meminfo. Thermal: /sys/class/thermal/thermal_zone*/``temp``
   (millidegrees Celsius) and ``type``.
 - the recommendation: the finest quant type, of those the CPU's llama.cpp kernels favour (an ARM build repacks
@@ -30,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from venus_edge.errors import MemoryPlanError
 from venus_edge.memory.header import ModelHeader
@@ -43,8 +42,9 @@ from venus_edge.memory.plan import (
     plan_memory,
 )
 from venus_edge.memory.presets import header_at_quant
+from venus_edge.memory.sysfs import CoreGroup, UnknownFact, core_groups, read_fact, read_int_fact
 
-__all__ = ["CPU_FEATURES", "CoreGroup", "DoctorReport", "Recommendation", "diagnose", "llama_backends",
+__all__ = ["CPU_FEATURES", "DoctorReport", "Recommendation", "diagnose", "llama_backends",
            "recommend_settings"]
 
 #: The CPU features llama.cpp uses, by the name its system info prints, and the /proc/cpuinfo flag that shows it.
@@ -57,58 +57,6 @@ CPU_FEATURES: dict[str, dict[str, str]] = {
 #: The quant types to choose from, finest first: an ARM build repacks Q4_0 and Q8_0 at load for its dot-product
 #: and i8mm kernels (ggml-cpu/repack.cpp); x86 builds run the K-quants (and repack Q4_K with AVX2).
 RECOMMENDED_QUANTS: dict[str, tuple[str, ...]] = {"arm": ("Q8_0", "Q4_0"), "x86": ("Q8_0", "Q6_K", "Q4_K_M")}
-
-
-class _Unknown(Exception):
-    """A fact that cannot be read; the message says which file and why."""
-
-
-def _read(path: Path) -> str:
-    """The text of one /proc or /sys file, or ``_Unknown`` naming the path and the reason."""
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        raise _Unknown(f"{path} is missing") from None
-    except IsADirectoryError:
-        raise _Unknown(f"{path} is a directory, not a file") from None
-    except PermissionError:
-        raise _Unknown(f"{path} cannot be read (permission denied)") from None
-    except UnicodeDecodeError:
-        raise _Unknown(f"{path} is not text") from None
-    except OSError as exc:
-        raise _Unknown(f"{path} cannot be read ({exc.strerror or exc})") from None
-
-
-def _read_int(path: Path) -> int:
-    text = _read(path).strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise _Unknown(f"{path} holds {text[:40]!r}, not a whole number") from None
-
-
-@dataclass(frozen=True)
-class CoreGroup:
-    """CPUs of one speed.
-
-    Attributes:
-        kind: ``performance``, or ``efficiency`` for the slowest cluster of a device with several speeds.
-        cpus: the logical CPU numbers.
-        cores: physical cores among them (SMT siblings counted once).
-        max_freq_khz: ``cpuinfo_max_freq``, or None when unknown.
-        capacity: ``cpu_capacity`` (1024 for the fastest), read when the frequency is unknown; else None.
-    """
-
-    kind: Literal["performance", "efficiency"]
-    cpus: tuple[int, ...]
-    cores: int
-    max_freq_khz: int | None = None
-    capacity: int | None = None
-
-    def describe(self) -> str:
-        speed = (f" at {self.max_freq_khz / 1e6:.2f} GHz" if self.max_freq_khz else
-                 f" of capacity {self.capacity}" if self.capacity else "")
-        return f"{self.cores}{speed}"
 
 
 @dataclass(frozen=True)
@@ -247,8 +195,8 @@ def _cpuinfo(root: Path, unknown: list[str]) -> tuple[str | None, str | None, in
     """(architecture, name, logical CPUs, the flags every CPU has, family ``x86``/``arm``/``""``) of /proc/cpuinfo."""
     path = root / "proc" / "cpuinfo"
     try:
-        text = _read(path)
-    except _Unknown as exc:
+        text = read_fact(path)
+    except UnknownFact as exc:
         unknown.append(f"CPU architecture, name and features: {exc}")
         return None, None, None, None, ""
     fields: dict[str, str] = {}
@@ -275,59 +223,12 @@ def _cpuinfo(root: Path, unknown: list[str]) -> tuple[str | None, str | None, in
     return architecture, fields.get("model name") or fields.get("Hardware"), processors or None, flags, family
 
 
-def _core_groups(root: Path, unknown: list[str]) -> tuple[CoreGroup, ...]:
-    """The CPUs under /sys/devices/system/cpu, grouped by speed (module docstring)."""
-    base = root / "sys" / "devices" / "system" / "cpu"
-    try:
-        numbers = sorted(int(entry.name[3:]) for entry in base.iterdir() if re.fullmatch(r"cpu\d+", entry.name))
-    except OSError as exc:
-        unknown.append(f"cores: {base} cannot be listed ({exc.strerror or exc})")
-        return ()
-    if not numbers:
-        unknown.append(f"cores: no cpu0, cpu1 ... folders in {base}")
-        return ()
-    speeds: dict[int, tuple[int | None, int | None]] = {}
-    core_of: dict[int, str] = {}
-    freq_missing: list[str] = []
-    for cpu in numbers:
-        folder = base / f"cpu{cpu}"
-        try:
-            speeds[cpu] = (_read_int(folder / "cpufreq" / "cpuinfo_max_freq"), None)
-        except _Unknown as exc:
-            freq_missing.append(str(exc))
-            try:
-                speeds[cpu] = (None, _read_int(folder / "cpu_capacity"))
-            except _Unknown:
-                speeds[cpu] = (None, None)
-        try:
-            core_of[cpu] = _read(folder / "topology" / "thread_siblings_list").strip()
-        except _Unknown:
-            core_of[cpu] = str(cpu)  # without topology each CPU counts as a core
-    if freq_missing:
-        more = f" (and {len(freq_missing) - 1} more)" if len(freq_missing) > 1 else ""
-        fallback = ("sorted by cpu_capacity" if any(capacity for _, capacity in speeds.values()) else
-                    "all counted as performance cores")
-        unknown.append(f"core speeds: {freq_missing[0]}{more}; cores {fallback}")
-    levels = sorted({speed for speed in speeds.values() if speed != (None, None)},
-                    key=lambda s: (s[0] or 0, s[1] or 0), reverse=True)
-    groups = []
-    for level in levels or [(None, None)]:
-        cpus = tuple(cpu for cpu in numbers if speeds[cpu] == level or (not levels))
-        kind: Literal["performance", "efficiency"] = \
-            "efficiency" if len(levels) > 1 and level == levels[-1] else "performance"
-        groups.append(CoreGroup(kind, cpus, len({core_of[cpu] for cpu in cpus}), level[0], level[1]))
-    unsorted = tuple(cpu for cpu in numbers if levels and speeds[cpu] == (None, None))
-    if unsorted:
-        groups.append(CoreGroup("performance", unsorted, len({core_of[cpu] for cpu in unsorted})))
-    return tuple(groups)
-
-
 def _meminfo(root: Path, unknown: list[str]) -> tuple[int | None, int | None]:
     """(``MemTotal``, ``MemAvailable``) of /proc/meminfo in bytes; each None when unknown."""
     path = root / "proc" / "meminfo"
     try:
-        text = _read(path)
-    except _Unknown as exc:
+        text = read_fact(path)
+    except UnknownFact as exc:
         unknown.append(f"RAM: {exc}")
         return None, None
     values: dict[str, int | None] = {}
@@ -354,12 +255,12 @@ def _thermal(root: Path, unknown: list[str]) -> dict[str, float]:
     found: dict[str, float] = {}
     for zone in zones:
         try:
-            name = _read(zone / "type").strip() or zone.name
-        except _Unknown:
+            name = read_fact(zone / "type").strip() or zone.name
+        except UnknownFact:
             name = zone.name
         try:
-            found[name if name not in found else f"{name} ({zone.name})"] = _read_int(zone / "temp") / 1000
-        except _Unknown as exc:
+            found[name if name not in found else f"{name} ({zone.name})"] = read_int_fact(zone / "temp") / 1000
+        except UnknownFact as exc:
             unknown.append(f"temperature of {name}: {exc}")
     return found
 
@@ -420,7 +321,7 @@ def diagnose(root: str | Path = "/", *, header: ModelHeader | None = None, llama
     architecture, name, logical, flags, family = _cpuinfo(root, unknown)
     wanted = CPU_FEATURES.get(family, {})
     cpu_features = {feature: flag in flags for feature, flag in wanted.items()} if flags is not None else {}
-    groups = _core_groups(root, unknown)
+    groups = core_groups(root, unknown)
     total, available = _meminfo(root, unknown)
     thermal = _thermal(root, unknown)
     llama_features: frozenset[str] = frozenset()

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from venus_edge.memory.sysfs import performance_cores
+
 __all__ = ["MAX_THREADS", "MIN_SPAN_S", "CpuTimes", "available_ram_bytes", "busy_cores", "check_threads",
            "check_threads_fit", "cpu_name", "cpu_times", "default_threads", "llama_cpu_features", "llama_features_of",
            "llama_system_info", "load_average",
@@ -27,8 +29,15 @@ MAX_THREADS = 512
 
 
 def physical_cores() -> int:
-    """Physical CPU cores available to this process (hyper-threads counted once), at least 1."""
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The CPU cores llama.cpp's threads should use, at least 1: the physical cores available to this process
+    (hyper-threads counted once), and on a device with efficiency cores (a big.LITTLE phone, a hybrid x86) only the
+    performance cores (``sysfs.core_groups``), since a thread on a slow core holds the others at every step. Read
+    from /sys/devices/system/cpu, else from /proc/cpuinfo's core ids."""
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    available = len(affinity) if affinity is not None else (os.cpu_count() or 1)
+    performance = performance_cores(Path("/"), affinity)
+    if performance:
+        return max(1, min(available, performance))
     cores: set[tuple[str, str]] = set()
     with contextlib.suppress(OSError):
         physical = core = ""
