@@ -105,7 +105,7 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
     parser.add_argument("--n-ctx", type=count_argument(1), default=None, metavar="N",
                         help="context window in tokens (of each sample's sequence when several run at once)")
     parser.add_argument("--threads", type=threads_argument, default=None, metavar="N",
-                        help=f"CPU threads (default: the physical cores, {physical_cores()} here)")
+                        help=f"CPU threads (default: the performance cores, {physical_cores()} here)")
     add_memory_arguments(parser)
     add_draft_argument(parser)
     parser.add_argument("--no-prompt-cache", action="store_true",
@@ -167,7 +167,7 @@ def threads_argument(text: str) -> int:
     value = count_argument(1)(text)
     if value > MAX_THREADS:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_THREADS} (llama.cpp's limit), got {value}; this "
-                                         f"machine has {physical_cores()} physical cores, the default")
+                                         f"machine has {physical_cores()} performance cores, the default")
     return value
 
 
