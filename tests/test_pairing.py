@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import pty
 import re
 import subprocess
 import sys
@@ -257,22 +258,27 @@ def test_serve_lan_prints_a_code_that_pairs_a_client_once_on_the_real_model(
         tmp_path: Path, smollm2_gguf: Path, docs_corpus: Path, real_model_run: RealModelRun) -> None:
     """``venus-edge serve --lan --host 127.0.0.1`` as a user starts it (the host given, as on a machine whose LAN
     address a test cannot reach): it prints a QR code and the link; the link's code pairs a client once, whose
-    cookie opens the API; the key it made is printed nowhere."""
+    cookie opens the API; Enter in its terminal prints a new code; the key it made is printed nowhere."""
     command = [sys.executable, "-m", "venus_edge.cli", "serve", "--lan", "--host", "127.0.0.1", "--port", "0",
                "--model", str(smollm2_gguf), "--corpus", str(docs_corpus), "--extractive-visit", "--n-ctx", "2048",
                "--threads", "2", "--no-prompt-cache", "--journal", str(tmp_path / "journal.jsonl"),
                *real_model_run.cli_args()]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    terminal, terminal_end = pty.openpty()  # stdin is a terminal: Enter prints a new code
+    process = subprocess.Popen(command, stdin=terminal_end, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    os.close(terminal_end)
     output: list[str] = []
-    try:
+
+    def next_link() -> str:
         assert process.stderr is not None
         for line in process.stderr:
             output.append(line)
             if line.startswith("or open "):
-                break
-        assert output and output[-1].startswith("or open "), "".join(output)
-        link = output[-1].removeprefix("or open ").strip()
+                return line.removeprefix("or open ").strip()
+        raise AssertionError("".join(output))
+
+    try:
+        link = next_link()
         banner = next(line for line in output if line.startswith("venus-edge serve:"))
         assert "API key required; pair a device with the code below" in banner, banner
         assert sum(line.count("█") for line in output) > 100  # the QR code, drawn in blocks
@@ -293,11 +299,17 @@ def test_serve_lan_prints_a_code_that_pairs_a_client_once_on_the_real_model(
             assert phone.post("/pair", json={"token": token}).status_code == 204
             assert phone.get("/v1/sessions").status_code == 200
             key = phone.cookies[KEY_COOKIE]
-        assert httpx.post(f"{base}/pair", json={"token": token}).status_code == 410
+        refused = httpx.post(f"{base}/pair", json={"token": token})
+        assert refused.status_code == 410 and "press Enter" in refused.json()["error"]["message"]
         assert httpx.get(f"{base}/health", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        os.write(terminal, b"\n")  # as the refusal says: Enter in the server's terminal gives a new code
+        second = urlsplit(next_link()).fragment.removeprefix("token=")
+        assert second != token and httpx.post(f"{base}/pair", json={"token": second}).status_code == 204
     finally:
         process.terminate()
         rest = process.communicate(timeout=30)[1]
+        os.close(terminal)
     printed = "".join(output) + rest
+    assert "Press Enter here for a new code" in printed
     assert len(key) >= 40 and key not in printed
-    assert printed.count(token) == 1  # only in the link the user reads; no log line repeats it
+    assert printed.count(token) == 1 and printed.count(second) == 1  # only in the links; no log line repeats them
