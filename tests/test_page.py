@@ -5,6 +5,8 @@ is not reachable here, so it is pointed at the system executable), against the r
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import threading
@@ -18,6 +20,7 @@ import pytest
 from venus_edge.agent import AgentConfig
 from venus_edge.result import NO_SOURCES, TERMINATIONS
 from venus_edge.server.app import create_app
+from venus_edge.server.pairing import PairingTokens
 from venus_edge.server.service import ResearchService
 from venus_edge.testing import ScriptedEngine, UvicornThread, answer_turn, tool_call_turn
 from venus_edge.toolbox import close_tools, default_tools
@@ -57,16 +60,18 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def serve(tools: list[Any], tmp_path: Path) -> Iterator[Callable[..., tuple[str, ResearchService]]]:
-    """``serve(turns, api_key=None, max_queue=8, config=AgentConfig())``: the app over a service on a scripted
-    engine (``turns``: its list of turns, or its policy), on 127.0.0.1; returns (base URL, service)."""
+    """``serve(turns, api_key=None, max_queue=8, config=AgentConfig(), pairing=None, model_name=None)``: the app
+    over a service on a scripted engine (``turns``: its list of turns, or its policy), on 127.0.0.1; returns (base
+    URL, service)."""
     running: list[tuple[UvicornThread, ResearchService]] = []
 
     def start(turns: list[Any] | Callable[[str], Any], *, api_key: str | None = None, max_queue: int = 8,
-              config: AgentConfig | None = None) -> tuple[str, ResearchService]:
+              config: AgentConfig | None = None, pairing: PairingTokens | None = None,
+              model_name: str | None = None) -> tuple[str, ResearchService]:
         engine = ScriptedEngine(turns, piece_chars=8, delay_s=0.03)
         service = ResearchService([engine], tools, config or AgentConfig(), journal_path=tmp_path / "journal.jsonl",
                                   max_queue=max_queue)
-        server = UvicornThread(create_app(service, api_key=api_key))
+        server = UvicornThread(create_app(service, api_key=api_key, pairing=pairing, model_name=model_name))
         running.append((server, service))
         return server.url, service
 
@@ -76,16 +81,34 @@ def serve(tools: list[Any], tmp_path: Path) -> Iterator[Callable[..., tuple[str,
         server.stop()
 
 
+#: A phone as Chromium emulates one: a 390x844 CSS-pixel screen at 3 device pixels each, touch, mobile viewport.
+PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True, "has_touch": True}
+
+
 @pytest.fixture
-def context(browser: Any) -> Iterator[Any]:
-    """A fresh browser context (no cookies); fails the test if a page of it throws an uncaught exception."""
-    context = browser.new_context()
-    context.set_default_timeout(WAIT_MS)
+def new_context(browser: Any) -> Iterator[Callable[..., Any]]:
+    """``new_context(**options)``: a fresh browser context (no cookies; playwright's ``new_context`` options);
+    fails the test if a page of one throws an uncaught exception."""
+    contexts: list[Any] = []
     errors: list[Any] = []
-    context.on("page", lambda page: page.on("pageerror", lambda error: errors.append(error)))
-    yield context
-    context.close()
+
+    def make(**options: Any) -> Any:
+        context = browser.new_context(**options)
+        context.set_default_timeout(WAIT_MS)
+        context.on("page", lambda page: page.on("pageerror", lambda error: errors.append(error)))
+        contexts.append(context)
+        return context
+
+    yield make
+    for context in contexts:
+        context.close()
     assert not errors, f"the page's script failed: {errors}"
+
+
+@pytest.fixture
+def context(new_context: Callable[..., Any]) -> Any:
+    """A fresh desktop browser context."""
+    return new_context()
 
 
 def test_a_question_streams_live_and_ends_with_linked_sources(serve: Any, context: Any) -> None:
@@ -318,3 +341,183 @@ def test_the_sidebar_counts_turns_while_a_session_runs(serve: Any, context: Any)
         release.set()
     sync_api.expect(page.locator("#status")).to_have_text("Answered")
     sync_api.expect(entry).to_contain_text("Answered · 2 turns")
+
+
+# ---------------------------------------------------------------------------------------------- the phone
+#: Also keep the phone tests' screenshots here when set (a folder; they always go to the test's tmp_path).
+SCREENSHOTS_ENV = "VENUS_EDGE_SCREENSHOTS"
+LONG_URL = "https://example.org/" + "a-very-long-path-segment-" * 6 + "end"
+#: A model file's name as the header shows it: long enough that the header once broke "venus-edge" at its hyphen.
+LONG_MODEL_NAME = "DR-Venus-4B-Instruct-Q4_K_M-imatrix.gguf"
+
+
+def screenshot(page: Any, folder: Path, name: str, *, full_page: bool = False) -> Path:
+    """``page`` as a PNG in ``folder`` (and in ``$VENUS_EDGE_SCREENSHOTS`` when set)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    extra = os.environ.get(SCREENSHOTS_ENV)
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(extra) / path.name)
+    return path
+
+
+def assert_fits_a_phone(page: Any, state: str) -> None:
+    """No sideways scrolling at 390 CSS pixels, the header's name on one line, and the sessions list right after
+    the question and session (no blank screen between)."""
+    measured = page.evaluate("""() => {
+        const root = document.documentElement, h1 = document.querySelector('header h1');
+        const main = document.querySelector('main'), sidebar = document.getElementById('sidebar');
+        const shown = [...main.children].filter((e) => !e.hidden && e.getClientRects().length);
+        window.scrollTo(10000, window.scrollY);  // try to scroll sideways
+        const scrolledX = window.scrollX;
+        window.scrollTo(0, window.scrollY);
+        return {clientWidth: root.clientWidth, scrollWidth: root.scrollWidth, innerWidth: window.innerWidth,
+                bodyScrollWidth: document.body.scrollWidth, scrolledX,
+                h1Height: h1.getBoundingClientRect().height, lineHeight: parseFloat(getComputedStyle(h1).lineHeight),
+                h1Overflow: h1.scrollWidth - h1.clientWidth,
+                gapAboveSessions: sidebar.getBoundingClientRect().top
+                                  - Math.max(...shown.map((e) => e.getBoundingClientRect().bottom))};
+    }""")
+    assert measured["clientWidth"] == measured["innerWidth"] == 390, (state, measured)  # not zoomed out to fit
+    assert measured["scrollWidth"] <= measured["clientWidth"], (state, measured)
+    assert measured["bodyScrollWidth"] <= measured["clientWidth"] and measured["scrolledX"] == 0, (state, measured)
+    assert measured["h1Height"] < 1.5 * measured["lineHeight"] and measured["h1Overflow"] <= 0, (state, measured)
+    assert 0 <= measured["gapAboveSessions"] <= 60, (state, measured)
+
+
+def assert_reachable(locator: Any) -> None:
+    """Scrolled to, on the screen, and the element a tap there would hit (``click(trial=True)``: playwright's
+    visible, stable, enabled and receives-events checks, without clicking)."""
+    locator.scroll_into_view_if_needed()
+    sync_api.expect(locator).to_be_in_viewport()
+    locator.click(trial=True)
+
+
+def test_the_page_fits_a_phone_and_everything_is_in_reach(serve: Any, new_context: Callable[..., Any],
+                                                          tmp_path: Path) -> None:
+    """At 390x844 (Chromium's mobile emulation, touch): no sideways scrolling and the name on one line before,
+    during and after a session and when one is reopened; the question box, the live turns, the sources and the
+    list of sessions are each reachable by scrolling and take a tap."""
+    turns = [
+        thinking("I should find the standard library module for TOML.", 12) + "x" * 300 + "\n"
+        + tool_call_turn("search", query=["tomllib parse TOML " + "long-query-word-" * 8]),
+        tool_call_turn("visit", url=[TOML_PAGE], goal="how to parse a TOML file"),
+        answer_turn(f"Use tomllib.load on a file opened in binary mode (see {TOML_PAGE}; also {LONG_URL})."),
+    ]
+    url, _ = serve(turns, model_name=LONG_MODEL_NAME)
+    shots = tmp_path / "shots"
+    page = new_context(**PHONE).new_page()
+    page.goto(url)
+    sync_api.expect(page.locator("#history")).to_contain_text("No sessions yet")
+    sync_api.expect(page.locator("#health")).to_have_text(f"model: {LONG_MODEL_NAME}")
+    assert_fits_a_phone(page, "empty")
+    screenshot(page, shots, "1-start")
+
+    page.locator("#question").tap()
+    page.fill("#question", QUESTION)
+    page.locator("#ask").tap()
+    page.wait_for_function("""() => [...document.querySelectorAll('#turns .turn pre')]
+        .some((t) => t.textContent.includes('standard library')) && document.querySelector('#result').hidden""")
+    assert_fits_a_phone(page, "live")
+    screenshot(page, shots, "2-live")
+    sync_api.expect(page.locator("#answer")).to_contain_text("Use tomllib.load", timeout=WAIT_MS)
+    sync_api.expect(page.locator("#status")).to_have_text("Answered")
+    assert_fits_a_phone(page, "answered")
+
+    for locator in (page.locator("#question"), page.locator("#ask"), page.locator("#turns .turn").first,
+                    page.locator("#turns .line.search").first, page.locator("#turns .line.visit a"),
+                    page.locator("#sources a").first, page.locator("#answer a.cite").last,
+                    page.locator("#history li.session button"), page.locator("#refresh")):
+        assert_reachable(locator)
+    page.locator("#result").scroll_into_view_if_needed()
+    screenshot(page, shots, "3-answer")
+    screenshot(page, shots, "4-whole-page", full_page=True)
+
+    page.goto(url)  # a fresh page: the session is in the list below the question box; a tap reopens it
+    entry = page.locator("#history li.session button")
+    sync_api.expect(entry).to_contain_text(QUESTION)
+    assert_fits_a_phone(page, "listed")
+    assert_reachable(entry)
+    screenshot(page, shots, "5-listed")
+    entry.tap()
+    sync_api.expect(page.locator("#session-question")).to_have_text(QUESTION)
+    sync_api.expect(page.locator("#turns > .turn")).to_have_count(3)
+    sync_api.expect(page.locator("#sources a")).to_have_attribute("href", TOML_PAGE)
+    assert_fits_a_phone(page, "reopened")
+    assert_reachable(page.locator("#turns .turn details.observation summary").first)
+    page.locator("#turns .turn details.observation summary").first.tap()  # a tool response opens in place
+    assert_fits_a_phone(page, "tool response open")
+    page.locator("#session-question").scroll_into_view_if_needed()
+    screenshot(page, shots, "6-reopened")
+
+
+def test_the_page_installs_as_a_web_app_whose_worker_keeps_only_the_shell(serve: Any, context: Any) -> None:
+    """The manifest and the service worker load on a keyed server without the key; Chromium finds the page
+    installable; after a session is asked, followed and reopened, the worker's cache holds the shell's paths and
+    nothing else (no API response, no research)."""
+    from venus_edge.server.webapp import SHELL_PATHS
+
+    url, _ = serve([tool_call_turn("search", query=["tomllib"]), answer_turn(f"Use tomllib (see {TOML_PAGE}).")],
+                   api_key="k")
+    context.add_cookies([{"name": "venus_edge_key", "value": "k", "url": url}])
+    page = context.new_page()
+    page.goto(url)
+    script = page.evaluate("""async () => (await navigator.serviceWorker.ready).active.scriptURL""")
+    assert script == f"{url}/sw.js"
+    page.wait_for_function("() => navigator.serviceWorker.controller !== null")  # clients.claim(): this page too
+    manifest = page.evaluate("""async () => (await fetch(document.querySelector('link[rel=manifest]').href)).text()""")
+    assert json.loads(manifest)["display"] == "standalone"
+    errors = context.new_cdp_session(page).send("Page.getInstallabilityErrors")["installabilityErrors"]
+    # A playwright context is incognito, where Chromium installs nothing; every other check of the page passes.
+    assert [error["errorId"] for error in errors] == ["in-incognito"], errors
+
+    page.fill("#question", QUESTION)
+    page.click("#ask")
+    sync_api.expect(page.locator("#status")).to_have_text("Answered")
+    page.reload()
+    page.locator("#history li.session button").click()
+    sync_api.expect(page.locator("#answer")).to_contain_text("Use tomllib")
+    cached = page.evaluate("""async () => {
+        const paths = [];
+        for (const name of await caches.keys()) {
+            for (const request of await (await caches.open(name)).keys()) paths.push(new URL(request.url).pathname);
+        }
+        return paths;
+    }""")
+    assert sorted(cached) == sorted(SHELL_PATHS), cached
+
+
+def test_a_pairing_link_pairs_one_phone_once(serve: Any, new_context: Callable[..., Any], tmp_path: Path) -> None:
+    """The QR code's link opens the pairing page, which trades its one-time code for the key as an HttpOnly
+    cookie and opens the research page, which then works; the same link on a second phone is refused with a
+    message that says why, and the code leaves the address bar either way."""
+    pairing = PairingTokens()
+    url, _ = serve([answer_turn("Paired and answered.")], api_key="phone-key", pairing=pairing)
+    link = f"{url}/pair#token={pairing.issue()}"
+
+    phone = new_context(**PHONE)
+    page = phone.new_page()
+    page.goto(link)
+    page.wait_for_url(f"{url}/")
+    sync_api.expect(page.locator("#history")).to_contain_text("No sessions yet")
+    sync_api.expect(page.locator("#health")).to_have_text("model: scripted")
+    sync_api.expect(page.locator("#key-form")).to_be_hidden()
+    (cookie,) = [c for c in phone.cookies() if c["name"] == "venus_edge_key"]
+    assert (cookie["value"], cookie["path"], cookie["httpOnly"], cookie["sameSite"]) == ("phone-key", "/", True,
+                                                                                         "Strict")
+    assert "venus_edge_key" not in page.evaluate("document.cookie")  # no script of the page can read it
+    page.fill("#question", QUESTION)
+    page.locator("#ask").tap()
+    sync_api.expect(page.locator("#answer")).to_have_text("Paired and answered.")
+
+    other = new_context(**PHONE).new_page()
+    other.goto(link)
+    message = other.locator("#message")
+    sync_api.expect(message).to_have_attribute("data-state", "refused")
+    sync_api.expect(message).to_contain_text("used already")
+    assert other.url == f"{url}/pair"
+    screenshot(other, tmp_path / "shots", "7-pairing-refused")
+    other.locator("a[href='/']").tap()
+    sync_api.expect(other.locator("#key-form")).to_be_visible()  # not paired: the key is asked for

@@ -4,6 +4,10 @@ sessions read back from the journal, health, Prometheus metrics, and the researc
 Routes (JSON unless said; errors are ``{"error": {"message", "type"}}``, the OpenAI shape):
 
     GET    /                         the research page (static HTML; no data, so no key needed)
+    GET    /manifest.webmanifest, /sw.js, /icon.svg, /icon-192.png, /icon-512.png
+                                     the page as an installable web app (``venus_edge.server.webapp``; no key)
+    GET    /pair                     with ``pairing``: the page a pairing link opens (``serve --lan``; no key)
+    POST   /pair                     {"token"}: a one-time pairing token for the key, as an HttpOnly cookie (204)
     GET    /health                   status, model, queue
     GET    /metrics                  Prometheus text: sessions, queue, tokens, seconds, prefill reuse
     POST   /v1/research              {"question", "max_turns"?, "time_limit_s"?, "max_tokens"?, "stream"?: true}
@@ -21,8 +25,9 @@ Routes (JSON unless said; errors are ``{"error": {"message", "type"}}``, the Ope
 
 A full queue answers 429 with ``Retry-After``; a body over ``max_body_bytes`` 413; a body not received within
 ``body_timeout_s`` 408 (the connection is closed); a bad request 422. With an
-``api_key`` every route but ``/`` needs ``Authorization: Bearer KEY`` (or the ``venus_edge_key`` cookie the page
-sets, since ``EventSource`` cannot send headers).
+``api_key`` every route but the page's shell and ``/pair`` needs ``Authorization: Bearer KEY`` (or the
+``venus_edge_key`` cookie that the page sets, or that ``POST /pair`` sets, since ``EventSource`` cannot send
+headers).
 """
 
 from __future__ import annotations
@@ -31,13 +36,14 @@ import asyncio
 import collections
 import hmac
 import json
+import logging
 import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from importlib.resources import files
 from typing import Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import quote, unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -54,7 +60,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from venus_edge.agent import unvisited_citations
 from venus_edge.protocol import is_observation, observation_text
 from venus_edge.result import NO_SOURCES, TERMINATIONS, Result
+from venus_edge.server import webapp
 from venus_edge.server.defaults import DEFAULT_BODY_TIMEOUT_S
+from venus_edge.server.pairing import PairingTokens
 from venus_edge.server.service import (
     QuestionTooLongError,
     QueueFullError,
@@ -67,12 +75,21 @@ from venus_edge.trajectory import Trajectory
 
 __all__ = ["create_app"]
 
+_log = logging.getLogger(__name__)
+
 KEY_COOKIE = "venus_edge_key"
 #: The page may not be framed by another site (its Stop button), sniffed or cached.
 PAGE_HEADERS = {"Content-Security-Policy": "frame-ancestors 'none'", "X-Content-Type-Options": "nosniff",
                 "Cache-Control": "no-store"}
 #: Host headers a loopback server answers (``allowed_hosts``): a DNS-rebinding page cannot read its sessions.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+#: The page's shell besides the page: public, never sniffed, checked for a newer version on each use.
+SHELL_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+#: Routes open without the API key: the page, what installs it, and pairing (none of them holds data).
+PUBLIC_ROUTES = frozenset({("GET", path) for path in webapp.SHELL_PATHS}
+                          | {("GET", "/sw.js"), ("GET", "/pair"), ("POST", "/pair")})
+#: Seconds a paired device's key cookie lasts (a key given with --server-api-key stays valid across restarts).
+PAIRED_COOKIE_MAX_AGE_S = 30 * 24 * 3600
 #: Seconds between SSE keep-alive comments, so proxies and clients do not time out during a long prefill.
 SSE_PING_S = 15
 
@@ -106,6 +123,13 @@ class _ChatBody(BaseModel):
     time_limit_s: float | None = Field(default=None, gt=0)
 
 
+class _PairBody(BaseModel):
+    """``POST /pair``."""
+
+    model_config = ConfigDict(extra="forbid")
+    token: str = Field(max_length=256)
+
+
 class _ApiError(Exception):
     def __init__(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -121,6 +145,7 @@ def create_app(
     model_name: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    pairing: PairingTokens | None = None,
 ) -> FastAPI:
     """The FastAPI app over ``service`` (serve it with uvicorn: ``venus-edge serve``).
 
@@ -135,12 +160,16 @@ def create_app(
         body_timeout_s: seconds a client has to send the whole request body; a slower one gets 408 and the
             connection is closed (a client that promises a body and never sends it holds nothing). The headers'
             own timeout is the HTTP server's (``venus_edge.server.timeouts``).
+        pairing: one-time tokens that ``POST /pair`` exchanges for ``api_key`` as an HttpOnly cookie
+            (``serve --lan``); None: no ``/pair``.
 
     Raises:
-        ValueError: ``body_timeout_s`` is not positive.
+        ValueError: ``body_timeout_s`` is not positive, or ``pairing`` without an ``api_key``.
     """
     if not body_timeout_s > 0:
         raise ValueError(f"body_timeout_s must be > 0, got {body_timeout_s}")
+    if pairing is not None and not api_key:
+        raise ValueError("pairing hands out the API key: give api_key too")
     app = FastAPI(title="venus-edge", docs_url=None, redoc_url=None, openapi_url=None)
     name = model_name or str(service.model_info.get("name") or "venus-edge")
     registry = CollectorRegistry()
@@ -162,6 +191,52 @@ def create_app(
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         return HTMLResponse(_page_html(), headers=PAGE_HEADERS)
+
+    @app.get("/manifest.webmanifest", include_in_schema=False)
+    async def manifest() -> Response:
+        return Response(json.dumps(webapp.manifest(), ensure_ascii=False), media_type="application/manifest+json",
+                        headers=SHELL_HEADERS)
+
+    @app.get("/sw.js", include_in_schema=False)
+    async def service_worker() -> Response:
+        return Response(webapp.service_worker_js(), media_type="text/javascript; charset=utf-8",
+                        headers=SHELL_HEADERS)
+
+    @app.get("/icon.svg", include_in_schema=False)
+    async def icon_svg() -> Response:
+        return Response(webapp.icon_svg(), media_type="image/svg+xml", headers=SHELL_HEADERS)
+
+    @app.get("/icon-{size:int}.png", include_in_schema=False)
+    async def icon_png(size: int) -> Response:
+        if size not in webapp.ICON_SIZES:
+            raise _ApiError(404, f"no {size}px icon; the sizes are {webapp.ICON_SIZES}", "not_found_error")
+        return Response(webapp.icon_png(size), media_type="image/png", headers=SHELL_HEADERS)
+
+    @app.get("/pair", response_class=HTMLResponse, include_in_schema=False)
+    async def pair_page() -> HTMLResponse:
+        if pairing is None:
+            raise _ApiError(404, "this server pairs no devices (start it with venus-edge serve --lan)",
+                           "not_found_error")
+        page = files("venus_edge.server").joinpath("static/pair.html").read_text(encoding="utf-8")
+        return HTMLResponse(page, headers={**PAGE_HEADERS, "Referrer-Policy": "no-referrer"})
+
+    @app.post("/pair", include_in_schema=False)
+    async def pair(body: _PairBody, request: Request) -> Response:
+        if pairing is None or not api_key:
+            raise _ApiError(404, "this server pairs no devices (start it with venus-edge serve --lan)",
+                           "not_found_error")
+        client = request.client.host if request.client else "an unknown address"
+        outcome = pairing.redeem(body.token)
+        if outcome != "paired":
+            _log.warning("refused a pairing code from %s: %s", client, outcome)  # never the code
+            raise _ApiError(403 if outcome == "wrong" else 410, pairing.refusal(outcome), "authentication_error")
+        _log.info("paired the device at %s", client)
+        response = Response(status_code=204, headers={"Cache-Control": "no-store"})
+        # Percent-encoded as the page's own cookie (any character of a given key travels); HttpOnly: no script
+        # of the page can read it, SameSite=Strict: no other site's request carries it.
+        response.set_cookie(KEY_COOKIE, quote(api_key, safe=""), max_age=PAIRED_COOKIE_MAX_AGE_S, path="/",
+                            httponly=True, samesite="strict")
+        return response
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -571,13 +646,14 @@ async def _no_body() -> Message:
 
 
 class _BearerAuth:
-    """401 unless the request carries the API key (bearer token or the page's cookie); ``GET /`` is open."""
+    """401 unless the request carries the API key (bearer token or the page's cookie); ``PUBLIC_ROUTES`` are
+    open."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["path"] == "/" and scope["method"] == "GET"):
+        if scope["type"] != "http" or (scope["method"], scope["path"]) in PUBLIC_ROUTES:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         given = b""

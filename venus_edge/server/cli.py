@@ -8,6 +8,8 @@
                    [--journal FILE] [--max-queue N]
 
 Loopback only by default: binding any other address needs ``--server-api-key`` (clients send it as a bearer token).
+``serve --lan`` binds the machine's LAN address, makes a key if none is given, and prints a QR code of a one-time
+pairing link for a phone (``venus_edge.server.pairing``).
 ``--engine-api-key`` is the key of the model server behind ``--engine openai``, as in ``research`` and ``eval``.
 """
 
@@ -18,6 +20,7 @@ import errno
 import os
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,14 @@ from venus_edge.server.defaults import (
     default_journal_path,
     is_loopback,
 )
+from venus_edge.server.pairing import (
+    DEFAULT_PAIRING_TTL_S,
+    PairingTokens,
+    lan_address,
+    make_api_key,
+    pairing_url,
+    print_pairing_code,
+)
 from venus_edge.session import SessionSettings, SetupError, open_session
 
 __all__ = ["add_commands", "run"]
@@ -47,8 +58,9 @@ Load the model once and serve research over HTTP: POST /v1/research (JSON, or SS
 compatible /v1/chat/completions, the sessions at /v1/sessions, and a research page at /. Every session is journaled
 to --journal (JSONL). Loopback only, unless --server-api-key is given.
 
-example:
+examples:
   venus-edge serve --model M.gguf --corpus docs/ --port 8765      # then open http://127.0.0.1:8765/
+  venus-edge serve --model M.gguf --corpus docs/ --lan            # then scan the QR code with a phone
 """
 
 
@@ -68,8 +80,15 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve = commands.add_parser("serve", help="serve research over HTTP: SSE, OpenAI-compatible chat, a web page",
                                 description=_SERVE_DESCRIPTION)
     add_session_arguments(serve, old_api_key=False)
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default 127.0.0.1; any other needs --server-api-key)")
+    serve.add_argument("--host", default=None,
+                       help="address to bind (default 127.0.0.1, or with --lan the LAN address; any other than "
+                            "loopback needs --server-api-key or --lan)")
+    serve.add_argument("--lan", action="store_true",
+                       help="serve the phones and laptops of this network: bind the address of the default route's "
+                            "interface (or --host), make a key unless --server-api-key gives one, and print a QR "
+                            "code of a one-time pairing link (Enter prints a new one)")
+    serve.add_argument("--pairing-ttl", type=float, default=DEFAULT_PAIRING_TTL_S, metavar="S",
+                       help=f"with --lan: seconds a pairing link works, once (default {DEFAULT_PAIRING_TTL_S:g})")
     serve.add_argument("--port", type=_port_argument(0), default=8765, help="port (default 8765; 0: any free port)")
     serve.add_argument("--server-api-key", dest="server_api_key", default=os.environ.get("VENUS_EDGE_SERVER_KEY"),
                        metavar="KEY", help="this server's own key: clients must send 'Authorization: Bearer KEY' "
@@ -179,30 +198,38 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.server.service import ResearchService
     from venus_edge.server.timeouts import uvicorn_options
 
-    if not is_loopback(args.host) and not args.server_api_key:
+    if args.host is not None and not is_loopback(args.host) and not args.server_api_key and not args.lan:
         parser.error(f"--host {args.host} can be reached from other machines: give --server-api-key KEY (or "
-                     "$VENUS_EDGE_SERVER_KEY) so that only your clients can use the model")
+                     "$VENUS_EDGE_SERVER_KEY) so that only your clients can use the model, or --lan to pair them")
+    if args.lan and not args.pairing_ttl > 0:
+        parser.error(f"--pairing-ttl must be > 0 seconds, got {args.pairing_ttl:g}")
     check_session_arguments(args, parser)
     check_key_text(args.server_api_key, "the server's key (--server-api-key or $VENUS_EDGE_SERVER_KEY)", parser)
+    host = args.host or (lan_address() if args.lan else "127.0.0.1")
+    api_key: str | None = args.server_api_key or (make_api_key() if args.lan else None)  # never printed
+    pairing = PairingTokens(args.pairing_ttl) if args.lan else None
     if args.slots < 1 or args.max_queue < 0:
         parser.error("--slots must be at least 1 and --max-queue at least 0")
     if min(args.header_timeout, args.body_timeout, args.keep_alive) <= 0:
         parser.error(f"--header-timeout, --body-timeout and --keep-alive must be > 0 seconds, got "
                      f"{args.header_timeout:g}, {args.body_timeout:g} and {args.keep_alive:g}")
     journal = args.journal or default_journal_path()
-    listening = _listening_socket(args.host, args.port)
+    listening = _listening_socket(host, args.port)
     assert listening is not None
     with listening, open_session(SessionSettings.from_args(args), samples=args.slots) as session:
         engines: list[Any] = session.parallel_engines(args.slots)
         service = ResearchService(engines, session.tools, session.config, journal_path=journal,
                                   max_queue=args.max_queue, max_question_chars=args.max_question_chars)
-        app = create_app(service, api_key=args.server_api_key, cors_origins=args.cors_origin,
-                         max_body_bytes=args.max_body, allowed_hosts=_loopback_hosts(args.host),
-                         body_timeout_s=args.body_timeout)
-        access = "API key required" if args.server_api_key else "loopback only, no API key"
+        app = create_app(service, api_key=api_key, cors_origins=args.cors_origin,
+                         max_body_bytes=args.max_body, allowed_hosts=_loopback_hosts(host),
+                         body_timeout_s=args.body_timeout, pairing=pairing)
+        access = ("API key required; pair a device with the code below" if pairing else "API key required"
+                  if api_key else "loopback only, no API key")
         port = listening.getsockname()[1]  # the one chosen for --port 0
-        print(f"venus-edge serve: http://{args.host}:{port}/ ({access}; {len(engines)} session(s) at once, "
+        print(f"venus-edge serve: http://{host}:{port}/ ({access}; {len(engines)} session(s) at once, "
               f"{args.max_queue} may wait; journal {journal})", file=sys.stderr, flush=True)
+        if pairing is not None:
+            _offer_pairing_codes(pairing, _reachable_host(host), port)
         try:
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **uvicorn_options(
                 header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive)))
@@ -210,6 +237,29 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         finally:
             service.close()
     return 0
+
+
+def _reachable_host(host: str) -> str:
+    """The address a phone opens for a server bound to ``host``: the LAN address for a wildcard bind."""
+    return lan_address() if host.strip("[]") in ("0.0.0.0", "::", "") else host
+
+
+def _offer_pairing_codes(pairing: PairingTokens, host: str, port: int) -> None:
+    """Print a pairing code on stderr, and from a terminal a new one on each Enter (for the next device, or after
+    one expired)."""
+    def show() -> None:
+        print_pairing_code(pairing_url(host, port, pairing.issue()), sys.stderr, ttl_s=pairing.ttl_s)
+
+    show()
+    if not sys.stdin.isatty():
+        return
+    print("Press Enter here for a new code (another device, or one that expired).", file=sys.stderr, flush=True)
+
+    def on_enter() -> None:
+        for _ in sys.stdin:
+            show()
+
+    threading.Thread(target=on_enter, name="pairing-codes", daemon=True).start()
 
 
 def _run_mcp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
