@@ -28,6 +28,8 @@ _MODULE_EXPORTS = {
               "validate_structure"),
     "checkpoints": ("ProgressBar", "adamw", "fingerprint", "list_checkpoints", "resume", "save_checkpoint",
                     "save_final", "weight_decay_groups"),
+    "compare": ("PairedDifference", "detectable_difference", "paired_bootstrap", "pooled_bootstrap", "read_scores",
+                "required_pairs"),
     "config": ("ConfigFile", "DTYPES"),
     "data": ("LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"),
     "errors": ("ConfigError", "Dropped", "OracleGaveUp", "RolloutServerError", "TrainError"),
