@@ -5,7 +5,7 @@
 # (default "igpo outcome"): STEPS optimizer steps (default 8) of QUESTIONS training questions (4) x GROUP rollouts
 # (8), lr LR (1e-4), rollouts sampled at TEMPERATURE (1.0), then the held-out evaluation of the result as
 # scripts/toy_sft.sh evaluates the SFT checkpoint (EVAL_LIMIT questions, default 40, greedy), and again with SAMPLES
-# samples per question (default 4) at TEMPERATURE. Writes OUT/summary.md: per seed, one row each for SFT, IGPO and
+# samples per question (default 4; 0 skips the sampled evaluations) at TEMPERATURE. Writes OUT/summary.md: per seed, one row each for SFT, IGPO and
 # outcome-only: held-out accuracy greedy and sampled, the share of sessions that opened a page their question does
 # not need (research errors; see DETOUR_SHARE in scripts/toy_sft.sh), the mean training reward of the first and last
 # steps.
@@ -55,8 +55,8 @@ for SEED in $SEEDS; do
   SFT="$(cd "$SFT_OUT/seed-$SEED" && pwd)"
   rm -rf "$OUT/seed-$SEED-sft" "$OUT/seed-$SEED-sft-sampled"
   evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$OUT/seed-$SEED-sft" "$EVAL_LIMIT"
-  evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$OUT/seed-$SEED-sft-sampled" \
-    "$EVAL_LIMIT" "${SAMPLED[@]}"
+  [ "$SAMPLES" = 0 ] || evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" \
+    "$OUT/seed-$SEED-sft-sampled" "$EVAL_LIMIT" "${SAMPLED[@]}"
   row "$SEED" sft "$OUT/seed-$SEED-sft" "$OUT/seed-$SEED-sft-sampled" "$SFT/world" "- | -" -
   for MODE in $MODES; do
     RUN="$OUT/seed-$SEED-$MODE"
@@ -73,8 +73,8 @@ questions_per_step: $QUESTIONS
 group_size: $GROUP
 learning_rate: $LR
 information_gain: $([ "$MODE" = igpo ] && echo true || echo false)
-max_turns: 6
-max_tokens: 160
+max_turns: $MAX_TURNS
+max_tokens: $MAX_TOKENS
 temperature: $TEMPERATURE
 gamma: $GAMMA
 n_ctx: 8192
@@ -87,8 +87,8 @@ YAML
     $VE train igpo "$RUN/igpo.yaml" --quiet > "$RUN/train.txt"
     SECONDS_TAKEN=$(( $(date +%s) - START ))
     evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$RUN/eval" "$EVAL_LIMIT"
-    evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$RUN/eval-sampled" \
-      "$EVAL_LIMIT" "${SAMPLED[@]}"
+    [ "$SAMPLES" = 0 ] || evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" \
+      "$RUN/eval-sampled" "$EVAL_LIMIT" "${SAMPLED[@]}"
     REWARDS=$($PY -c "
 import json, sys
 rows = [json.loads(l) for l in open('$RUN/run/log.jsonl')]
@@ -107,6 +107,7 @@ for PAIR in "outcome igpo" "sft igpo" "sft outcome"; do
   read -r A B <<< "$PAIR"
   [[ "$MODELS" == *" $A "* && "$MODELS" == *" $B "* ]] || continue
   for KIND in greedy sampled; do
+    [ "$KIND" = sampled ] && [ "$SAMPLES" = 0 ] && continue
     RUNS=()
     for SEED in $SEEDS; do
       RUNS+=("$SEED:$(eval_dir "$SEED" "$A" "$KIND"):$(eval_dir "$SEED" "$B" "$KIND")")
