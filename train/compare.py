@@ -181,7 +181,11 @@ def markdown(names: tuple[str, str], rows: Sequence[tuple[str, PairedDifference]
         lines.append(f"| {label} | {d.pairs} | {d.mean_a:.3f} | {d.mean_b:.3f} | {d.difference:+.3f} | "
                      f"[{d.low:+.3f}, {d.high:+.3f}] | {d.b_only} / {d.a_only} |")
     final = pooled or (rows[-1][1] if rows else None)
-    if final is not None and final.pairs > 1:
+    if final is not None and final.b_only + final.a_only == 0:
+        lines += ["", f"No question of {final.pairs} separates the models: the spread of their difference is not "
+                      f"estimable, and the power is that of the plan (required_pairs: {required_pairs(delta, 0.25)} "
+                      f"questions for {delta} at 25 % discordant questions)."]
+    elif final is not None and final.pairs > 1:
         mde = detectable_difference(final.sd, final.pairs)
         verdict = "would" if mde <= delta else "would not"
         lines += ["", f"Over {final.pairs} paired questions (difference sd {final.sd:.3f}) a true difference of "

@@ -127,3 +127,13 @@ def test_the_command_reads_eval_summaries_and_prints_the_table(tmp_path, capsys)
     assert "| pooled | 5 | 0.350 | 0.650 | +0.300 |" in captured.out
     assert "a difference of 0.05 would not be seen reliably" in captured.out
     assert "seed 2 left out: no evaluation summary at" in captured.err
+
+
+def test_models_that_agree_everywhere_claim_no_power(tmp_path, capsys):
+    """All-zero scores (two models that never answer) give sd 0: no detectable difference is claimed from that."""
+    a = summary(tmp_path / "a", {"q1": 0, "q2": 0})
+    b = summary(tmp_path / "b", {"q1": 0, "q2": 0})
+    assert main(["--resamples", "100", f"0:{a}:{b}"]) == 0
+    out = capsys.readouterr().out
+    assert "| 0 | 2 | 0.000 | 0.000 | +0.000 | [+0.000, +0.000] | 0 / 0 |" in out
+    assert "No question of 2 separates the models" in out and "would be seen" not in out
