@@ -3,7 +3,12 @@
 VE=${VE:-.venv/bin/venus-edge}
 PY=${PY:-.venv/bin/python}
 # The sessions as the oracle ran them: corpus search (10 results) and extractive visit, a few turns, greedy.
-EVAL_FLAGS=(--extractive-visit --max-turns 6 --max-tokens 160 --n-ctx 8192 --temperature 0 --quiet --no-plot)
+# MAX_TURNS (default 6) and MAX_TOKENS per turn (default 160) bound a session, here and in toy_igpo.sh's rollouts;
+# smaller values make a CI-sized run of a model that has not learned to stop affordable.
+MAX_TURNS=${MAX_TURNS:-6}
+MAX_TOKENS=${MAX_TOKENS:-160}
+EVAL_FLAGS=(--extractive-visit --max-turns "$MAX_TURNS" --max-tokens "$MAX_TOKENS" --n-ctx 8192 --temperature 0 --quiet
+  --no-plot)
 
 evaluate() {  # evaluate MODEL_DIR_OR_GGUF CORPUS QUESTIONS OUT_DIR LIMIT [EXTRA EVAL FLAGS...]
   local model=$1

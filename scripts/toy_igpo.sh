@@ -5,11 +5,22 @@
 # (default "igpo outcome"): STEPS optimizer steps (default 8) of QUESTIONS training questions (4) x GROUP rollouts
 # (8), lr LR (1e-4), rollouts sampled at TEMPERATURE (1.0), then the held-out evaluation of the result as
 # scripts/toy_sft.sh evaluates the SFT checkpoint (EVAL_LIMIT questions, default 40, greedy), and again with SAMPLES
-# samples per question (default 4) at TEMPERATURE. Writes OUT/summary.md: per seed, one row each for SFT, IGPO and
+# samples per question (default 4; 0 skips the sampled evaluations) at TEMPERATURE. Writes OUT/summary.md: per seed, one row each for SFT, IGPO and
 # outcome-only: held-out accuracy greedy and sampled, the share of sessions that opened a page their question does
 # not need (research errors; see DETOUR_SHARE in scripts/toy_sft.sh), the mean training reward of the first and last
 # steps.
 # GAMMA (default 0.95, DR-Venus's) is the discount of the turn advantages.
+# Then the paired comparisons (venus_edge.train.compare): per seed and pooled over the seeds, IGPO against
+# outcome-only and each against SFT, greedy and sampled, each question scored by both models of a pair (the same
+# EVAL_LIMIT held-out questions; SFT is re-evaluated greedy here for that), with 95 % paired bootstrap intervals
+# (RESAMPLES, default 10000) and the smallest difference the pooled comparison finds 80 % of the time.
+# Power: paired binary outcomes (McNemar): a true difference delta = 0.05 is found with 80 % probability (two-sided,
+# 5 %) from n >= (1.96 + 0.84)^2 (p_d - delta^2) / delta^2 questions, p_d the share answered right by one model only:
+# 307 at p_d 0.10, 464 at 0.15, 778 at 0.25. A toy world of 120 people has 144 held-out questions, so the powered
+# design is all of them (EVAL_LIMIT=144) over 6 seeds, 864 pairs, enough up to p_d 0.28:
+#   DETOUR_SHARE=0.5 SEEDS="0 1 2 3 4 5" bash scripts/toy_sft.sh runs/detour-sft
+#   SEEDS="0 1 2 3 4 5" EVAL_LIMIT=144 bash scripts/toy_igpo.sh runs/detour-sft runs/detour-igpo
+# (README, "A comparison with the power to decide", gives the time it takes.)
 # ROLLOUT_SERVER=llama-server samples the rollouts on a managed llama-server, GROUP at once (default: in the training
 # process, one after another).
 set -euo pipefail
@@ -27,6 +38,7 @@ TEMPERATURE=${TEMPERATURE:-1.0}
 GAMMA=${GAMMA:-0.95}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 SAMPLES=${SAMPLES:-4}
+RESAMPLES=${RESAMPLES:-10000}
 mkdir -p "$OUT"
 source scripts/toy_eval.sh
 SAMPLED=(--temperature "$TEMPERATURE" --k "$SAMPLES")
@@ -41,10 +53,11 @@ row() {  # row SEED MODEL EVAL_DIR SAMPLED_DIR WORLD REWARDS SECONDS
 }
 for SEED in $SEEDS; do
   SFT="$(cd "$SFT_OUT/seed-$SEED" && pwd)"
-  rm -rf "$OUT/seed-$SEED-sft-sampled"
-  evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$OUT/seed-$SEED-sft-sampled" \
-    "$EVAL_LIMIT" "${SAMPLED[@]}"
-  row "$SEED" sft "$SFT/eval-after" "$OUT/seed-$SEED-sft-sampled" "$SFT/world" "- | -" -
+  rm -rf "$OUT/seed-$SEED-sft" "$OUT/seed-$SEED-sft-sampled"
+  evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$OUT/seed-$SEED-sft" "$EVAL_LIMIT"
+  [ "$SAMPLES" = 0 ] || evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" \
+    "$OUT/seed-$SEED-sft-sampled" "$EVAL_LIMIT" "${SAMPLED[@]}"
+  row "$SEED" sft "$OUT/seed-$SEED-sft" "$OUT/seed-$SEED-sft-sampled" "$SFT/world" "- | -" -
   for MODE in $MODES; do
     RUN="$OUT/seed-$SEED-$MODE"
     rm -rf "$RUN"
@@ -60,8 +73,8 @@ questions_per_step: $QUESTIONS
 group_size: $GROUP
 learning_rate: $LR
 information_gain: $([ "$MODE" = igpo ] && echo true || echo false)
-max_turns: 6
-max_tokens: 160
+max_turns: $MAX_TURNS
+max_tokens: $MAX_TOKENS
 temperature: $TEMPERATURE
 gamma: $GAMMA
 n_ctx: 8192
@@ -74,8 +87,8 @@ YAML
     $VE train igpo "$RUN/igpo.yaml" --quiet > "$RUN/train.txt"
     SECONDS_TAKEN=$(( $(date +%s) - START ))
     evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$RUN/eval" "$EVAL_LIMIT"
-    evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$RUN/eval-sampled" \
-      "$EVAL_LIMIT" "${SAMPLED[@]}"
+    [ "$SAMPLES" = 0 ] || evaluate "$RUN/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" \
+      "$RUN/eval-sampled" "$EVAL_LIMIT" "${SAMPLED[@]}"
     REWARDS=$($PY -c "
 import json, sys
 rows = [json.loads(l) for l in open('$RUN/run/log.jsonl')]
@@ -83,3 +96,25 @@ print(f\"{rows[0]['reward']} | {rows[-1]['reward']}\")")
     row "$SEED" "$MODE" "$RUN/eval" "$RUN/eval-sampled" "$SFT/world" "$REWARDS" "$SECONDS_TAKEN"
   done
 done
+
+eval_dir() {  # eval_dir SEED MODEL greedy|sampled -> the folder of that evaluation
+  local tail=""
+  [ "$3" = sampled ] && tail="-sampled"
+  if [ "$2" = sft ]; then echo "$OUT/seed-$1-sft$tail"; else echo "$OUT/seed-$1-$2/eval$tail"; fi
+}
+MODELS=" sft $MODES "
+for PAIR in "outcome igpo" "sft igpo" "sft outcome"; do
+  read -r A B <<< "$PAIR"
+  [[ "$MODELS" == *" $A "* && "$MODELS" == *" $B "* ]] || continue
+  for KIND in greedy sampled; do
+    [ "$KIND" = sampled ] && [ "$SAMPLES" = 0 ] && continue
+    RUNS=()
+    for SEED in $SEEDS; do
+      RUNS+=("$SEED:$(eval_dir "$SEED" "$A" "$KIND"):$(eval_dir "$SEED" "$B" "$KIND")")
+    done
+    LABEL=$([ "$KIND" = greedy ] && echo "greedy" || echo "sampled (T $TEMPERATURE, k $SAMPLES)")
+    printf '\n### %s against %s: held-out accuracy, %s\n\n' "$B" "$A" "$LABEL" >> "$OUT/summary.md"
+    $PY -m venus_edge.train.compare --names "$A,$B" --resamples "$RESAMPLES" "${RUNS[@]}" >> "$OUT/summary.md" || true
+  done
+done
+cat "$OUT/summary.md"

@@ -2,7 +2,8 @@
 and ShareGPT rows, cleaned into the trained protocol with a report, long ones resampled, tokenized with the
 assistant mask: ``venus-edge train clean``), the SFT trainer (transformers + accelerate: ``venus-edge train sft``),
 IGPO (rollouts through the agent loop on a transformers engine, information-gain turn rewards, group-normalized
-discounted advantages, PPO-clip with KL: ``venus-edge train igpo``), and a toy research world with tiny models to
+discounted advantages, PPO-clip with KL: ``venus-edge train igpo``), the data as verl's parquet files
+(``venus-edge train export-verl``), and a toy research world with tiny models to
 run it all on a CPU (``scripts/toy_sft.sh``, ``scripts/toy_igpo.sh``).
 
     from venus_edge.train import CleanContext, clean_samples, load_samples, resample, tokenize_samples
@@ -27,6 +28,8 @@ _MODULE_EXPORTS = {
               "validate_structure"),
     "checkpoints": ("ProgressBar", "adamw", "fingerprint", "list_checkpoints", "resume", "save_checkpoint",
                     "save_final", "weight_decay_groups"),
+    "compare": ("PairedDifference", "detectable_difference", "paired_bootstrap", "pooled_bootstrap", "read_scores",
+                "required_pairs"),
     "config": ("ConfigFile", "DTYPES"),
     "data": ("LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"),
     "errors": ("ConfigError", "Dropped", "OracleGaveUp", "RolloutServerError", "TrainError"),
@@ -42,6 +45,7 @@ _MODULE_EXPORTS = {
             "trained_added_tokens"),
     "tinymodel": ("COPY_PHASES", "copy_window", "pretrain_copying", "write_tiny_model"),
     "tokenize": ("TokenizedSample", "tokenize_messages", "tokenize_samples"),
+    "verl_export": ("VERBATIM_CHAT_TEMPLATE", "VerlExport", "export_verl", "verl_rl_rows", "verl_sft_rows"),
     "toyworld": ("Person", "ToyQuestion", "ToyWorld", "generate_world", "oracle_policy",
                  "research_errors", "run_oracle"),
 }

@@ -2,6 +2,7 @@
 
     venus-edge train clean REDSearcher_SFT_10K.parquet runs/*.jsonl --out sft.jsonl --resample
     venus-edge train clean data.jsonl --out sft.jsonl --keep-correct --date 2026-03-01
+    venus-edge train export-verl --sft sft.jsonl --questions questions.jsonl --out verl-data/
 
 The parser imports nothing heavy.
 """
@@ -23,12 +24,14 @@ __all__ = ["add_command", "run"]
 
 _TRAIN_DESCRIPTION = """\
 The training steps of a DR-Venus-style agent: clean trajectories into SFT rows (clean), supervised fine-tuning
-(sft), RL with information-gain rewards (igpo), and a toy research world (toy-world) and tiny model (tiny-model) to
-try them on a CPU. Each step writes where its --out or config says; see venus-edge train STEP --help.
+(sft), RL with information-gain rewards (igpo), the data as verl's parquet files (export-verl), and a toy research
+world (toy-world) and tiny model (tiny-model) to try them on a CPU. Each step writes where its --out or config
+says; see venus-edge train STEP --help.
 
 examples:
   venus-edge train clean runs/*.jsonl --out sft.jsonl --resample
   venus-edge train sft configs/sft/dr-venus-4b.yaml
+  venus-edge train export-verl --sft sft.jsonl --questions questions.jsonl --out verl-data/
 """
 
 
@@ -58,6 +61,27 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     clean.add_argument("--multipliers", default="1,2,5", metavar="X,Y,Z", help="copies per sample in each bucket")
     clean.add_argument("--seed", type=int, default=0, help="the resampling shuffle's seed (default 0)")
     clean.set_defaults(_command_parser=clean)
+
+    verl = sub.add_parser(
+        "export-verl", help="write cleaned SFT rows and RL questions as the parquet files verl's trainers read",
+        description="Write OUT/sft.parquet (verl's multi-turn SFT dataset: a messages column) from cleaned rows "
+                    "(venus-edge train clean, with --resample if wanted), OUT/rl.parquet (verl's RL dataset: "
+                    "data_source, prompt, ability, reward_model, extra_info, agent_name) from question files, and "
+                    "OUT/chat_template.jinja for verl versions that tokenize message by message "
+                    "(model.custom_chat_template; README, Trajectories for verl).")
+    verl.add_argument("--sft", nargs="+", type=Path, default=[], metavar="SFT.jsonl",
+                      help="cleaned rows (the output of venus-edge train clean)")
+    verl.add_argument("--questions", nargs="+", type=Path, default=[], metavar="Q",
+                      help="RL questions with answers (JSONL/JSON/CSV/parquet, as venus-edge train igpo reads)")
+    verl.add_argument("--out", type=Path, required=True, metavar="DIR")
+    verl.add_argument("--date", default=None, metavar="YYYY-MM-DD",
+                      help="the RL prompt's date line (default today; the reference wrote 2026-03-01)")
+    verl.add_argument("--observation-style", choices=OBSERVATION_STYLE_CHOICES, default=OBSERVATION_STYLE_CHOICES[0],
+                      help="the RL prompt's system message: inference (default) or rl (README, Observation styles)")
+    verl.add_argument("--data-source", default="venus-edge", help="the RL rows' data_source (default venus-edge)")
+    verl.add_argument("--agent-name", default="dr_agent",
+                      help="the RL rows' agent loop (default dr_agent, DR-Venus's; verl's own: tool_agent)")
+    verl.set_defaults(_command_parser=verl)
 
     sft = sub.add_parser("sft", help="supervised fine-tuning on cleaned trajectories (transformers + accelerate)",
                          description="Train the model of CONFIG (YAML or JSON; see venus_edge.train.SFTConfig) on its "
@@ -119,6 +143,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run the parsed ``train`` sub-command; returns the exit code."""
     if args.train_command == "clean":
         return _clean(args, args._command_parser)
+    if args.train_command == "export-verl":
+        return _export_verl(args, args._command_parser)
     if args.train_command == "sft":
         return _sft(args)
     if args.train_command == "igpo":
@@ -178,6 +204,48 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     args.out.with_suffix(".report.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
                                                     encoding="utf-8")
     return 0 if samples else 1
+
+
+def _export_verl(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from venus_edge.eval.data import load_examples
+    from venus_edge.train.clean import CleanContext, validate_structure
+    from venus_edge.train.data import load_samples
+    from venus_edge.train.errors import Dropped
+    from venus_edge.train.verl_export import export_verl
+
+    if not args.sft and not args.questions:
+        parser.error("nothing to export: give --sft, --questions or both")
+    try:
+        today = Date.fromisoformat(args.date) if args.date else Date.today()
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        loaded = load_samples(args.sft)
+        examples = [example for path in args.questions for example in load_examples(path).examples]
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    # Rows are written as they are; one not in the trained layout (not cleaned) is named and not exported.
+    context, samples = CleanContext(today), []
+    not_exported = [f"{r.source}: {r.reason}" for r in loaded.rejected]
+    for sample in loaded.samples:
+        try:
+            samples.append(validate_structure(sample, context))
+        except Dropped as drop:
+            not_exported.append(f"{sample.source}: {drop} (run venus-edge train clean first)")
+    for line in not_exported:
+        print(f"not exported: {line}", file=sys.stderr)
+    try:
+        result = export_verl(args.out, samples=samples, examples=examples, today=today, data_source=args.data_source,
+                             agent_name=args.agent_name, observation_style=args.observation_style)
+    except (ImportError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    print(f"{result.sft_rows} SFT rows -> {result.sft_path or '-'} ({len(not_exported)} not exported; "
+          f"{result.control_token_samples} quote control-token text, which verl tokenizes as control tokens); "
+          f"{result.rl_rows} RL questions -> {result.rl_path or '-'}; chat template for verl's per-message "
+          f"tokenization: {result.template_path}")
+    return 0 if result.sft_rows or result.rl_rows else 1
 
 
 def _train(load: Callable[[], Any], train: Callable[[Any], Any]) -> Any:
