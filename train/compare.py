@@ -79,7 +79,7 @@ def read_scores(eval_dir: str | os.PathLike[str]) -> dict[str, float]:
 
     Raises:
         FileNotFoundError: no ``summary.json`` (the evaluation did not finish).
-        ValueError: a ``summary.json`` without a ``per_question`` list.
+        ValueError: a ``summary.json`` without a ``per_question`` list, or an entry without id, correct and samples.
     """
     path = Path(eval_dir) / "summary.json"
     if not path.is_file():
@@ -87,7 +87,15 @@ def read_scores(eval_dir: str | os.PathLike[str]) -> dict[str, float]:
     per_question = json.loads(path.read_text(encoding="utf-8")).get("per_question")
     if not isinstance(per_question, list):
         raise ValueError(f"{path} has no per_question list")
-    return {str(q["id"]): q["correct"] / q["samples"] for q in per_question if q.get("samples")}
+    scores = {}
+    for index, entry in enumerate(per_question):
+        try:
+            if entry.get("samples"):
+                scores[str(entry["id"])] = entry["correct"] / entry["samples"]
+        except (AttributeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: per_question entry {index} is not an evaluated question with id, correct "
+                             f"and samples ({type(exc).__name__}: {exc}): {str(entry)[:120]}") from None
+    return scores
 
 
 def _differences(a: Mapping[str, float], b: Mapping[str, float]) -> list[float]:

@@ -137,3 +137,15 @@ def test_models_that_agree_everywhere_claim_no_power(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| 0 | 2 | 0.000 | 0.000 | +0.000 | [+0.000, +0.000] | 0 / 0 |" in out
     assert "No question of 2 separates the models" in out and "would be seen" not in out
+
+
+@pytest.mark.parametrize("entry", [{"id": "q1", "samples": 4}, {"samples": 4, "correct": 1}, "q1", None,
+                                   {"id": "q1", "samples": 4, "correct": "one"}])
+def test_a_broken_summary_entry_names_the_file_and_the_entry(tmp_path, entry):
+    """An entry without id, correct or samples (or not an object) is a ValueError naming the file, not a KeyError."""
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    good = {"id": "q0", "samples": 2, "correct": 1}
+    (folder / "summary.json").write_text(json.dumps({"per_question": [good, entry]}))
+    with pytest.raises(ValueError, match=r"summary\.json: per_question entry 1 is not an evaluated question"):
+        read_scores(folder)
