@@ -199,8 +199,8 @@ def igpo_advantages(
             sum(raw_outcomes), len(raw_outcomes), sum(raw_turns), len(raw_turns), same_outcome, len(members)]
     if reduce_sums is not None:
         sums = list(reduce_sums(sums))
-    outcome_abs_sum, outcome_count, turn_abs_sum, turn_count, outcome_sum, raw_outcome_count, turn_sum, raw_turn_count, \
-        same_outcome_groups, group_count = sums
+    (outcome_abs_sum, outcome_count, turn_abs_sum, turn_count, outcome_sum, raw_outcome_count, turn_sum,
+     raw_turn_count, same_outcome_groups, group_count) = sums
     scale = 1.0
     if normalization == "scaled_separate":
         outcome_abs = max(scale_floor, outcome_abs_sum / outcome_count) if outcome_count else 1.0

@@ -309,6 +309,8 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     today = Date.fromisoformat(date_file.read_text().strip())
     if start >= config.steps:
         final = output_dir / "final"
+        if not (final / "config.json").is_file():  # stopped after its last checkpoint, before the final save
+            final = save_final(accelerator, model, tokenizer, output_dir)
         return IGPOResult(start, start, final if final.is_dir() else None, {},
                           str(accelerator.distributed_type.value))
 
@@ -588,6 +590,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = IGPOConfig.from_file(args.config, steps=args.steps, output_dir=args.output_dir)
     result = train_igpo(config, progress=not args.quiet)
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:  # one summary line per run, not one per process
+        return 0
     print(json.dumps({"steps": result.steps, "resumed_from": result.resumed_from,
                       "final": str(result.final_dir) if result.final_dir else None, **result.last}))
     return 0
