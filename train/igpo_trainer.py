@@ -23,9 +23,18 @@ Each step: ``questions_per_step`` questions are drawn (seeded by the step, so a 
   forward per sequence (the largest gap from the server's is logged as ``server_logprob_gap``); the information
   gain is scored here, on the policy.
 
-Under ``accelerate launch`` every process repeats the rollouts (sharding them across processes is not built). Progress
-(reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``; checkpoints
-(``OUT/checkpoints/step-N``) are written atomically and a rerun resumes from the newest.
+Under ``accelerate launch`` (DDP; ``ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N`` on CPUs)
+the step is data-parallel: process p samples the groups of the drawn questions q with q mod N = p (a group stays on
+one process, so its normalization is local; the rollouts' seeds depend on q, so the rollouts are those of one
+process); the batch sums behind ``scaled_separate`` and the token count of the token-mean are all-reduced, and each
+loss is scaled so that DDP's gradient average is the one-process gradient (``_update``); the main process gathers
+every process's metrics and rollouts and alone writes them. Every process reaches the same collectives in every
+step whatever its rollouts did (a rollout that raises scores as a failure). FSDP and ZeRO-3 are refused on several
+processes: a sharded policy's every forward is a collective, and rollouts and scoring differ in length per process.
+
+Progress (reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``;
+checkpoints (``OUT/checkpoints/step-N``) are written atomically and a rerun resumes from the newest, on any number
+of processes (``checkpoints``).
 """
 
 from __future__ import annotations
