@@ -29,8 +29,9 @@ one process, so its normalization is local; the rollouts' seeds depend on q, so 
 process); the batch sums behind ``scaled_separate`` and the token count of the token-mean are all-reduced, and each
 loss is scaled so that DDP's gradient average is the one-process gradient (``_update``); the main process gathers
 every process's metrics and rollouts and alone writes them. Every process reaches the same collectives in every
-step whatever its rollouts did (a rollout that raises scores as a failure). FSDP and ZeRO-3 are refused on several
-processes: a sharded policy's every forward is a collective, and rollouts and scoring differ in length per process.
+step whatever its rollouts did (``run_rollout`` scores a failed rollout instead of raising; a process without
+rollouts runs weightless passes). FSDP and ZeRO-3 are refused on several processes: a sharded policy's every
+forward is a collective, and rollouts and scoring differ in length per process.
 
 Progress (reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``;
 checkpoints (``OUT/checkpoints/step-N``) are written atomically and a rerun resumes from the newest, on any number
@@ -360,18 +361,13 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                                                answer_reserve_tokens=None,  # scaled to the window
                                                observation_style=observation_style(config.observation_style))
                     engine = local_engine if served is None else RecordingEngine(served)  # noqa: B023
-                    group = f"{q}:{example.id}"
-                    try:
-                        return run_rollout(
-                            engine, tools.get(), example.question, example.answers,
-                            group=group, agent_config=agent_config, outcome_metric=config.outcome_metric,
-                            model=policy if config.information_gain else None,
-                            encode=tokenizer if config.information_gain else None,
-                            information_gain=config.information_gain, score_after=config.scored_tools,
-                            ig_kind=config.ig_kind, format_penalty=config.format_penalty)
-                    except Exception as exc:  # a failed rollout scores; this process still reaches every collective
-                        return Rollout(group=group, question=example.question, answers=tuple(example.answers),
-                                       termination="failed", failure=f"{type(exc).__name__}: {exc}")
+                    return run_rollout(
+                        engine, tools.get(), example.question, example.answers,
+                        group=f"{q}:{example.id}", agent_config=agent_config, outcome_metric=config.outcome_metric,
+                        model=policy if config.information_gain else None,
+                        encode=tokenizer if config.information_gain else None,
+                        information_gain=config.information_gain, score_after=config.scored_tools,
+                        ig_kind=config.ig_kind, format_penalty=config.format_penalty)
 
                 jobs = [(q, g, example) for q, example in mine for g in range(config.group_size)]
                 rollouts = list(pool.map(rollout, jobs)) if pool is not None else [rollout(job) for job in jobs]

@@ -1,11 +1,12 @@
 """One IGPO update (``igpo_trainer._update``) on hand-made rollouts, run by ``test_distributed.py`` on one process
-and under ``accelerate launch`` on two: ``python dp_update_check.py MODEL_DIR OUT_DIR``.
+and under ``accelerate launch`` on two: ``python dp_update_check.py MODEL_DIR OUT_DIR [QUESTIONS]``.
 
 Three questions of two rollouts each, of different lengths, with information-gain and outcome rewards chosen so that
 every group has non-zero advantages and each process alone would find another ``scaled_separate`` scale (question 2
 has equal outcomes: its normalized outcomes are 0). Process p takes the questions q with q mod N = p, as the trainer
 does. A plain SGD step (its update is proportional to the gradient, unlike Adam's) makes any error in the loss scale
-visible in the weights. The main process writes ``OUT_DIR/weights.safetensors`` and ``OUT_DIR/metrics.json``.
+visible in the weights. With QUESTIONS 1 (the first question only) the second process has no rollout and must
+still reach every collective. The main process writes ``OUT_DIR/weights.safetensors`` and ``OUT_DIR/metrics.json``.
 """
 
 from __future__ import annotations
@@ -55,13 +56,13 @@ def make_rollout(model: torch.nn.Module, question: int, index: int, vocab: int) 
                    rewards=rewards, outcome=outcome, correct=outcome == 1.0)
 
 
-def main(model_dir: str, out_dir: str) -> None:
+def main(model_dir: str, out_dir: str, questions: int = len(REWARDS)) -> None:
     accelerator = Accelerator()
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     vocab = model.config.vocab_size
-    mine = [make_rollout(model, q, i, vocab) for q in range(len(REWARDS)) if q % accelerator.num_processes ==
+    mine = [make_rollout(model, q, i, vocab) for q in range(questions) if q % accelerator.num_processes ==
             accelerator.process_index for i in range(len(REWARDS[q]))]
     config = IGPOConfig.from_dict({"model": "m", "questions": ["q"], "corpus": ["c"], "output_dir": "o",
                                    "kl_coef": 0.1, "max_grad_norm": 1e9})
@@ -78,4 +79,4 @@ def main(model_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *(int(arg) for arg in sys.argv[3:]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -100,6 +101,10 @@ def test_one_igpo_update_on_two_processes_gives_the_weights_of_one(toy, tmp_path
     a, b = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "two"))
     assert a["groups"] == b["groups"] == 3 and a["all_same_outcome_groups"] == 1
     assert_same_figures([a], [b])
+    # one question: the second process has no rollout, runs weightless passes and reaches every collective
+    run(1, script, str(toy / "base"), str(tmp_path / "one-question"), "1")
+    run(2, script, str(toy / "base"), str(tmp_path / "one-question-two"), "1")
+    assert max_difference(weights(tmp_path / "one-question"), weights(tmp_path / "one-question-two")) <= 1e-5
 
 
 def _sft_config(toy: Path, out: Path, **settings: Any) -> Path:
@@ -201,3 +206,22 @@ def test_killing_one_of_two_processes_fails_the_run_and_it_resumes_on_one(toy, t
     assert "written on 2 processes, resumed on 1" in resumed.stdout
     assert [r["step"] for r in log(out)] == [1, 2]
     assert max_difference(weights(out / "final"), weights(igpo_one_process / "final")) <= 1e-5
+    # a run stopped after its last checkpoint but before the final save writes it on the rerun, here on 2 processes
+    shutil.rmtree(out / "final")
+    again = run(2, "-m", "venus_edge.train.igpo_trainer", str(config), "--quiet")
+    assert "written on 1 processes, resumed on 2" in again.stdout
+    assert max_difference(weights(out / "final"), weights(igpo_one_process / "final")) <= 1e-5
+
+
+def test_igpo_refuses_sharded_weights_on_several_processes():
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from venus_edge.train.igpo_trainer import _check_distribution
+
+    for kind in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        with pytest.raises(ValueError, match="runs under DDP"):
+            _check_distribution(SimpleNamespace(distributed_type=kind, num_processes=2))
+        _check_distribution(SimpleNamespace(distributed_type=kind, num_processes=1))  # one process: allowed
+    _check_distribution(SimpleNamespace(distributed_type=DistributedType.MULTI_CPU, num_processes=2))
