@@ -12,6 +12,13 @@ A checkpoint is ``OUT/checkpoints/step-N`` (accelerate's model, optimizer, sched
 ``state.json`` with the step and the run's fingerprint). It is written to ``step-N.tmp`` and renamed once whole, so
 a killed run leaves no half checkpoint; a rerun resumes from the newest one if its fingerprint (the settings that
 decide the data order and the schedule) equals the run's, and refuses an ``OUT`` written by another config.
+
+A checkpoint resumes on any number of processes under DDP: the model and optimizer are saved whole by the main
+process, and accelerate keeps one RNG file per process (``random_states_<rank>.pkl``); a process the checkpoint has
+no file for keeps the RNG that ``set_seed`` gave it (accelerate skips the missing file), and the extra files of a
+larger run are left unread. Nothing the trainers draw depends on those RNGs: the data order and the IGPO questions
+and rollouts are seeded by the step, and the models have no dropout. (FSDP's sharded state is saved per shard
+by torch's distributed checkpoint, which reshards on load.)
 """
 
 from __future__ import annotations
@@ -74,7 +81,10 @@ def resume(accelerator: Any, output_dir: Path, run_fingerprint: str, *, total_st
         raise ValueError(f"{path} was written by another config or data ({written_by} != {run_fingerprint}); "
                          "use a new output_dir, or rerun the config that wrote it")
     accelerator.load_state(str(path))
-    accelerator.print(f"resumed from {path} (step {step} of {total_steps})")
+    written_on = json.loads((path / "state.json").read_text()).get("processes", 1)
+    note = f"; written on {written_on} processes, resumed on {accelerator.num_processes}" \
+        if written_on != accelerator.num_processes else ""
+    accelerator.print(f"resumed from {path} (step {step} of {total_steps}{note})")
     return step
 
 
@@ -90,7 +100,8 @@ def save_checkpoint(accelerator: Any, output_dir: Path, step: int, run_fingerpri
     accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        (tmp / "state.json").write_text(json.dumps({"step": step, "fingerprint": run_fingerprint}) + "\n")
+        (tmp / "state.json").write_text(json.dumps({"step": step, "fingerprint": run_fingerprint,
+                                                    "processes": accelerator.num_processes}) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         for _, old in list_checkpoints(output_dir)[:-keep]:

@@ -24,7 +24,7 @@ rollout engine, the update loop) live in ``igpo_scoring`` and ``igpo_trainer``.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -134,6 +134,7 @@ def igpo_advantages(
     epsilon: float = 1e-6,
     scale_floor: float = 0.3,
     scale_cap: float = 10.0,
+    reduce_sums: Callable[[list[float]], list[float]] | None = None,
 ) -> tuple[list[list[tuple[int, float]]], AdvantageStats]:
     """Group-normalize the rewards of a batch of rollouts and turn them into discounted turn advantages.
 
@@ -145,6 +146,10 @@ def igpo_advantages(
             are multiplied by s = min(scale_cap, max(scale_floor, mean|O|) / (mean|I| + epsilon)), the means over
             the whole batch; ``joint``: all rewards of a group normalized together.
         gamma: discount between consecutive rewarded turns of a rollout.
+        reduce_sums: with the batch spread over processes (each holding whole groups), the sum of a list of
+            numbers over every process, element-wise (an all-reduce that every process calls once per call here,
+            even with no rollout); the batch-level means (``scaled_separate``'s mean|O| and mean|I|) and the
+            statistics are then those of the whole batch. None: ``rewards`` is the whole batch.
 
     Returns:
         per rollout, ``(turn, advantage)`` for each rewarded turn in order (see ``discounted_returns``), and the
@@ -187,10 +192,19 @@ def igpo_advantages(
 
     outcome_norm = [normalized[i][j] for i, r in enumerate(ordered) for j, x in enumerate(r) if x.is_outcome]
     turn_norm = [normalized[i][j] for i, r in enumerate(ordered) for j, x in enumerate(r) if not x.is_outcome]
+    raw_outcomes = [r.value for rollout in ordered for r in rollout if r.is_outcome]
+    raw_turns = [r.value for rollout in ordered for r in rollout if not r.is_outcome]
+    # Sums and counts, not means, so that the batch's figures are the same however it is split over processes.
+    sums: list[float] = [sum(map(abs, outcome_norm)), len(outcome_norm), sum(map(abs, turn_norm)), len(turn_norm),
+            sum(raw_outcomes), len(raw_outcomes), sum(raw_turns), len(raw_turns), same_outcome, len(members)]
+    if reduce_sums is not None:
+        sums = list(reduce_sums(sums))
+    (outcome_abs_sum, outcome_count, turn_abs_sum, turn_count, outcome_sum, raw_outcome_count, turn_sum,
+     raw_turn_count, same_outcome_groups, group_count) = sums
     scale = 1.0
     if normalization == "scaled_separate":
-        outcome_abs = max(scale_floor, sum(map(abs, outcome_norm)) / len(outcome_norm)) if outcome_norm else 1.0
-        turn_abs = sum(map(abs, turn_norm)) / len(turn_norm) if turn_norm else 1.0
+        outcome_abs = max(scale_floor, outcome_abs_sum / outcome_count) if outcome_count else 1.0
+        turn_abs = turn_abs_sum / turn_count if turn_count else 1.0
         scale = min(scale_cap, outcome_abs / (turn_abs + epsilon))
         for i, rollout in enumerate(ordered):
             for j, reward in enumerate(rollout):
@@ -199,15 +213,13 @@ def igpo_advantages(
 
     advantages = [discounted_returns([(r.turn, v) for r, v in zip(rollout, values)], gamma)
                   for rollout, values in zip(ordered, normalized)]
-    raw_outcomes = [r.value for rollout in ordered for r in rollout if r.is_outcome]
-    raw_turns = [r.value for rollout in ordered for r in rollout if not r.is_outcome]
     advantage_stats = AdvantageStats(
         ig_scale=scale,
-        outcome_mean=sum(raw_outcomes) / len(raw_outcomes) if raw_outcomes else 0.0,
-        turn_reward_mean=sum(raw_turns) / len(raw_turns) if raw_turns else 0.0,
-        turn_rewards=len(raw_turns),
-        all_same_outcome_groups=same_outcome,
-        groups=len(members),
+        outcome_mean=outcome_sum / raw_outcome_count if raw_outcome_count else 0.0,
+        turn_reward_mean=turn_sum / raw_turn_count if raw_turn_count else 0.0,
+        turn_rewards=round(raw_turn_count),
+        all_same_outcome_groups=round(same_outcome_groups),
+        groups=round(group_count),
     )
     return advantages, advantage_stats
 

@@ -23,9 +23,19 @@ Each step: ``questions_per_step`` questions are drawn (seeded by the step, so a 
   forward per sequence (the largest gap from the server's is logged as ``server_logprob_gap``); the information
   gain is scored here, on the policy.
 
-Under ``accelerate launch`` every process repeats the rollouts (sharding them across processes is not built). Progress
-(reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``; checkpoints
-(``OUT/checkpoints/step-N``) are written atomically and a rerun resumes from the newest.
+Under ``accelerate launch`` (DDP; ``ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N`` on CPUs)
+the step is data-parallel: process p samples the groups of the drawn questions q with q mod N = p (a group stays on
+one process, so its normalization is local; the rollouts' seeds depend on q, so the rollouts are those of one
+process); the batch sums behind ``scaled_separate`` and the token count of the token-mean are all-reduced, and each
+loss is scaled so that DDP's gradient average is the one-process gradient (``_update``); the main process gathers
+every process's metrics and rollouts and alone writes them. Every process reaches the same collectives in every
+step whatever its rollouts did (``run_rollout`` scores a failed rollout instead of raising; a process without
+rollouts runs weightless passes). FSDP and ZeRO-3 are refused on several processes: a sharded policy's every
+forward is a collective, and rollouts and scoring differ in length per process.
+
+Progress (reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``;
+checkpoints (``OUT/checkpoints/step-N``) are written atomically and a rerun resumes from the newest, on any number
+of processes (``checkpoints``).
 """
 
 from __future__ import annotations
@@ -207,6 +217,45 @@ def _rollout_record(step: int, rollout: Rollout) -> dict[str, Any]:
             "sequences": len(rollout.sequences), "trained_tokens": sum(s.trained_tokens for s in rollout.sequences)}
 
 
+def _rollout_figures(rollout: Rollout) -> dict[str, Any]:
+    """What the step's metrics need of one rollout (gathered from every process)."""
+    return {"outcome": rollout.outcome, "correct": rollout.correct, "turns": len(rollout.turns),
+            "gains": [r.value for r in rollout.rewards if r.kind == "information_gain"],
+            "well_formed_turns": rollout.well_formed_turns, "tool_calls": rollout.tool_calls,
+            "failed": rollout.failure is not None,
+            "generated": sum(s.trained_tokens for s in rollout.sequences)}
+
+
+def _step_metrics(figures: Sequence[dict[str, Any]], rollout_s: float) -> dict[str, Any]:
+    """The step's rollout metrics from every rollout's ``_rollout_figures``; ``rollout_s`` is the slowest
+    process's sampling time (the processes sample at the same time)."""
+    count = max(len(figures), 1)
+    gains = [gain for f in figures for gain in f["gains"]]
+    turns = sum(f["turns"] for f in figures)
+    generated = sum(f["generated"] for f in figures)
+    return {"reward": round(sum(f["outcome"] for f in figures) / count, 4),
+            "accuracy": round(sum(f["correct"] for f in figures) / count, 4),
+            "ig_mean": round(sum(gains) / len(gains), 6) if gains else None, "ig_count": len(gains),
+            "well_formed_turns": round(sum(f["well_formed_turns"] for f in figures) / max(turns, 1), 4),
+            "tool_calls": round(sum(f["tool_calls"] for f in figures) / count, 3),
+            "failures": sum(f["failed"] for f in figures),
+            "rollout_tokens_per_s": round(generated / rollout_s, 1) if rollout_s else None}
+
+
+def _check_distribution(accelerator: Any) -> None:
+    """IGPO runs on several processes under DDP only.
+
+    Raises:
+        ValueError: FSDP or DeepSpeed on more than one process.
+    """
+    kind = str(accelerator.distributed_type.value)
+    if accelerator.num_processes > 1 and kind in ("FSDP", "DEEPSPEED"):
+        raise ValueError(f"IGPO on {accelerator.num_processes} processes runs under DDP (accelerate launch "
+                         f"--multi_gpu), not {kind}: sharded weights make every forward pass of the policy a "
+                         "collective, and the rollouts and information-gain scoring run a different number of "
+                         "forward passes on each process")
+
+
 def _sequence_logprobs(model: Any, ids: Sequence[int], device: Any) -> Any:
     """log p(ids[t] | ids[:t]) for t >= 1, shape (len(ids) - 1,)."""
     import torch
@@ -225,7 +274,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     """
     import torch
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
+    from accelerate.utils import gather_object, set_seed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from venus_edge.agent import AgentConfig
@@ -240,6 +289,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     if not examples:
         raise ValueError(f"no question in {', '.join(config.questions)}")
     accelerator = Accelerator()
+    _check_distribution(accelerator)
     set_seed(config.seed)
     output_dir = Path(config.output_dir)
     dtype = getattr(torch, config.dtype)
@@ -252,20 +302,25 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     reference = reference.to(accelerator.device)
     run_fingerprint = fingerprint(config, _RESUME_SETTINGS)
     start = resume(accelerator, output_dir, run_fingerprint, total_steps=config.steps)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     # The system prompt carries the date: a run resumed on a later day must keep the date it started with.
     date_file = output_dir / "run_date.txt"
-    if start == 0 or not date_file.is_file():
-        date_file.write_text(Date.today().isoformat() + "\n")
+    if accelerator.is_main_process:  # the main process alone writes; the others read once it is done
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        if start == 0 or not date_file.is_file():
+            date_file.write_text(Date.today().isoformat() + "\n")
+        for name in ("log.jsonl", "rollouts.jsonl"):  # rows of steps after the checkpoint are redone: drop them
+            path = output_dir / name
+            if path.is_file():
+                kept = [row for row in path.read_text(encoding="utf-8").splitlines()
+                        if json.loads(row)["step"] <= start]
+                path.write_text("".join(row + "\n" for row in kept), encoding="utf-8")
+    accelerator.wait_for_everyone()
     today = Date.fromisoformat(date_file.read_text().strip())
-    for name in ("log.jsonl", "rollouts.jsonl"):  # rows of steps after the checkpoint are redone: drop them
-        path = output_dir / name
-        if path.is_file():
-            kept = [row for row in path.read_text(encoding="utf-8").splitlines() if json.loads(row)["step"] <= start]
-            path.write_text("".join(row + "\n" for row in kept), encoding="utf-8")
     if start >= config.steps:
         final = output_dir / "final"
+        if not (final / "config.json").is_file():  # stopped after its last checkpoint, before the final save
+            final = save_final(accelerator, model, tokenizer, output_dir)
         return IGPOResult(start, start, final if final.is_dir() else None, {},
                           str(accelerator.distributed_type.value))
 
@@ -286,6 +341,9 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                 started = time.perf_counter()
                 drawn = random.Random(config.seed * 1_000_003 + step).sample(
                     examples, min(config.questions_per_step, len(examples)))
+                # this process's share: whole groups, question q on process q mod N (group normalization stays local)
+                mine = [(q, example) for q, example in enumerate(drawn)
+                        if q % accelerator.num_processes == accelerator.process_index]
                 policy.eval()
                 served = server.serve(policy, tokenizer) if server is not None else None
                 if local_engine is not None:
@@ -311,31 +369,27 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                         information_gain=config.information_gain, score_after=config.scored_tools,
                         ig_kind=config.ig_kind, format_penalty=config.format_penalty)
 
-                jobs = [(q, g, example) for q, example in enumerate(drawn) for g in range(config.group_size)]
+                jobs = [(q, g, example) for q, example in mine for g in range(config.group_size)]
                 rollouts = list(pool.map(rollout, jobs)) if pool is not None else [rollout(job) for job in jobs]
                 rollout_s = time.perf_counter() - sampling_started
                 logprob_gap = _recompute_old_logprobs(policy, rollouts, accelerator.device) if served else None
                 metrics = _update(config, model, reference, optimizer, accelerator, rollouts)
-                generated = sum(s.trained_tokens for r in rollouts for s in r.sequences)
-                gains = [r.value for x in rollouts for r in x.rewards if r.kind == "information_gain"]
-                turns = sum(len(r.turns) for r in rollouts)
-                last = {
-                    "step": step + 1, "reward": round(sum(r.outcome for r in rollouts) / len(rollouts), 4),
-                    "accuracy": round(sum(r.correct for r in rollouts) / len(rollouts), 4),
-                    "ig_mean": round(sum(gains) / len(gains), 6) if gains else None, "ig_count": len(gains),
-                    **metrics,
-                    "well_formed_turns": round(sum(r.well_formed_turns for r in rollouts) / max(turns, 1), 4),
-                    "tool_calls": round(sum(r.tool_calls for r in rollouts) / len(rollouts), 3),
-                    "failures": sum(r.failure is not None for r in rollouts),
-                    "rollout_tokens_per_s": round(generated / rollout_s, 1) if rollout_s else None,
-                    "server_logprob_gap": logprob_gap,
-                    "step_s": round(time.perf_counter() - started, 2),
-                }
+                # every process's rollouts, in the one-process order (question, then rollout), on every process
+                shares = gather_object([(rollout_s, logprob_gap, [
+                    (q * config.group_size + g, _rollout_record(step + 1, r), _rollout_figures(r))
+                    for (q, g, _), r in zip(jobs, rollouts)])])
+                everything = sorted((row for _, _, rows in shares for row in rows), key=lambda row: row[0])
+                gaps = [gap for _, gap, _ in shares if gap is not None]
+                last = {"step": step + 1,
+                        **_step_metrics([figures for _, _, figures in everything],
+                                        max(seconds for seconds, _, _ in shares)),
+                        **metrics, "server_logprob_gap": max(gaps) if gaps else None,
+                        "step_s": round(time.perf_counter() - started, 2)}
                 if accelerator.is_main_process:
                     with (output_dir / "log.jsonl").open("a", encoding="utf-8") as log:
                         log.write(json.dumps(last) + "\n")
                     with (output_dir / "rollouts.jsonl").open("a", encoding="utf-8") as out:
-                        out.writelines(json.dumps(_rollout_record(step + 1, r)) + "\n" for r in rollouts)
+                        out.writelines(json.dumps(record) + "\n" for _, record, _ in everything)
                 bar.update(step + 1, last["reward"], last["rollout_tokens_per_s"] or 0.0)
                 if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
                     save_checkpoint(accelerator, output_dir, step + 1, run_fingerprint, config.keep_checkpoints)
@@ -467,11 +521,24 @@ class _RolloutServer:
 
 def _update(config: IGPOConfig, model: Any, reference: Any, optimizer: Any, accelerator: Any,
             rollouts: Sequence[Rollout]) -> dict[str, Any]:
-    """One optimizer step over every trained token of the step's rollouts (token-mean over the whole batch)."""
+    """One optimizer step over every trained token of the step's rollouts (token-mean over the whole batch).
+
+    Under ``accelerate launch`` each process passes its own rollouts (whole groups); the batch is every
+    process's. Every process reaches the same collectives, in the same order, with any number of rollouts
+    (none included): the advantage sums, the token and pass counts, one backward pass that synchronizes the
+    gradients (DDP averages them over the processes: each loss is scaled by the process count to undo it), and
+    the metric sums. Every process runs as many forward and backward passes as the busiest one (the others' are
+    weightless), so that a step is the same sequence of collectives on each.
+    """
     import torch
 
+    def reduce_sums(values: list[float]) -> list[float]:
+        summed = accelerator.reduce(torch.tensor(values, dtype=torch.float64, device=accelerator.device), "sum")
+        return [float(x) for x in summed.tolist()]
+
     advantages, stats = igpo_advantages([r.rewards for r in rollouts], [r.group for r in rollouts],
-                                        normalization=config.normalization, gamma=config.gamma)
+                                        normalization=config.normalization, gamma=config.gamma,
+                                        reduce_sums=reduce_sums)
     work = []
     for rollout, returns in zip(rollouts, advantages):
         per_turn = turn_advantages(returns, len(rollout.turns))
@@ -480,14 +547,24 @@ def _update(config: IGPOConfig, model: Any, reference: Any, optimizer: Any, acce
             values = [per_turn[t] if 0 <= t < len(per_turn) else 0.0 for t in turn_of]
             mask = [1.0 if t >= 0 else 0.0 for t in turn_of]
             work.append((sequence.ids, values, mask, sequence.old_logprobs[1:]))
-    total = sum(sum(mask) for _, _, mask, _ in work)
+    local_tokens = sum(sum(mask) for _, _, mask, _ in work)
+    counts = accelerator.gather(torch.tensor([local_tokens, len(work)], dtype=torch.float64,
+                                             device=accelerator.device)).reshape(-1, 2)  # (processes, 2)
+    total, passes = float(counts[:, 0].sum()), int(counts[:, 1].max())
+    processes = accelerator.num_processes
     model.train()
     device = accelerator.device
     summed = {"pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "dual_clip_fraction": 0.0}
-    for index, (ids, values, mask, old) in enumerate(work):
+    for index in range(passes):  # none anywhere: no pass, and the optimizer step leaves the weights alone
+        context = accelerator.no_sync(model) if index < passes - 1 else contextlib.nullcontext()
+        if index >= len(work):  # nothing left here: a weightless pass, so that the collectives line up
+            with context:
+                accelerator.backward(model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))
+                                     .logits.sum() * 0.0)
+            continue
+        ids, values, mask, old = work[index]
         with torch.no_grad():
             ref = _sequence_logprobs(reference, ids, device)
-        context = accelerator.no_sync(model) if index < len(work) - 1 else contextlib.nullcontext()
         with context:
             logprobs = _sequence_logprobs(model, ids, device)
             weights = torch.tensor(mask, device=device)
@@ -495,12 +572,13 @@ def _update(config: IGPOConfig, model: Any, reference: Any, optimizer: Any, acce
                                       weights, clip=config.clip, clip_high=config.clip_high,
                                       dual_clip=config.dual_clip, ref_logprobs=ref, kl_coef=config.kl_coef)
             share = parts["tokens"] / max(total, 1.0)  # token-mean over the whole batch, not per sequence
-            accelerator.backward(loss * share)
+            accelerator.backward(loss * share * processes)
         for key in summed:
             summed[key] += parts[key] * share
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm) if work else None
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm) if passes else None
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    summed = dict(zip(summed, reduce_sums(list(summed.values()))))
     return {**{k: round(v, 6) for k, v in summed.items()}, **stats.to_dict(), "trained_tokens": int(total),
             "grad_norm": float(grad_norm) if grad_norm is not None else None}
 
@@ -517,6 +595,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = IGPOConfig.from_file(args.config, steps=args.steps, output_dir=args.output_dir)
     result = train_igpo(config, progress=not args.quiet)
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:  # one summary line per run, not one per process
+        return 0
     print(json.dumps({"steps": result.steps, "resumed_from": result.resumed_from,
                       "final": str(result.final_dir) if result.final_dir else None, **result.last}))
     return 0

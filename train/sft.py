@@ -14,7 +14,9 @@ included), token-mean; AdamW (0.9, 0.95), weight decay 0.01, lr 1e-5 with cosine
   never cut or split across rows) in a seeded order.
 - Distribution is accelerate's: one process on a CPU, DDP, FSDP or DeepSpeed ZeRO-3 from an ``accelerate launch``
   config (``configs/accelerate/``); this module writes no distributed code of its own. Each process takes every
-  n-th micro-batch of a global batch.
+  n-th micro-batch of a global batch; a process left without one in a short last step runs a weightless pass, so
+  the steps (and a checkpoint's meaning) are the same on any number of processes (under DeepSpeed, which counts
+  micro-batches, the short last step is trimmed to a multiple of the process count instead).
 - A checkpoint (``OUT/checkpoints/step-N``: accelerate's model, optimizer, scheduler and RNG state, plus
   ``state.json``) is written atomically every ``save_every`` steps; a rerun of the same config resumes from the
   newest one and skips the batches already trained, so a killed run loses at most ``save_every`` steps.
@@ -273,7 +275,9 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     from accelerate.utils import set_seed
     from transformers import get_cosine_schedule_with_warmup
 
-    accelerator = Accelerator(gradient_accumulation_steps=1)
+    # step_scheduler_with_optimizer=False: accelerate would otherwise step the schedule once per process at every
+    # optimizer step (it assumes a data loader it sharded), decaying the learning rate N times too fast on N processes
+    accelerator = Accelerator(gradient_accumulation_steps=1, step_scheduler_with_optimizer=False)
     output_dir = Path(config.output_dir)
     set_seed(config.seed)
     model, tokenizer = _load_model(config)
@@ -294,7 +298,7 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     batches = length_grouped_batches([len(t) for t in tokenized], config.micro_batch_size, seed=config.seed,
                                      epochs=config.epochs)
     steps = [batches[i : i + per_step] for i in range(0, len(batches), per_step)]
-    if processes > 1:  # every process must run as many forward passes in a step: a short last step is trimmed
+    if processes > 1 and deepspeed:  # DeepSpeed counts micro-batches to find its steps: a short last step is trimmed
         steps = [step[: len(step) - len(step) % processes] for step in steps]
         steps = [step for step in steps if step]
     total_steps = len(steps)
@@ -333,13 +337,21 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     with bar:
         for step in range(start, run_steps):
             mine = steps[step][accelerator.process_index :: processes]
+            # every process runs as many passes as the busiest (a short step leaves some with one fewer): the
+            # gradient synchronization (and FSDP's gathers) are collectives that all must reach
+            passes = math.ceil(len(steps[step]) / processes)
             micro = [_collate([tokenized[i] for i in indices], pad_id) for indices in mine]
             local = sum(int(b["trained"][:, 1:].sum()) for b in micro)
             global_tokens = int(accelerator.reduce(torch.tensor(local, device=accelerator.device), "sum").item())
             summed = torch.zeros((), device=accelerator.device)
-            for index, batch in enumerate(micro):
-                batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-                context = accelerator.no_sync(model) if index < len(micro) - 1 else contextlib.nullcontext()
+            for index in range(passes):
+                context = accelerator.no_sync(model) if index < passes - 1 else contextlib.nullcontext()
+                if index >= len(micro):  # a weightless pass
+                    with context:
+                        empty = torch.zeros((1, 1), dtype=torch.long, device=accelerator.device)
+                        accelerator.backward(model(input_ids=empty).logits.sum() * 0.0)
+                    continue
+                batch = {k: v.to(accelerator.device) for k, v in micro[index].items()}
                 with context:
                     loss_sum, _ = _summed_loss(model, batch)
                     accelerator.backward(loss_sum * loss_scale / max(global_tokens, 1))
