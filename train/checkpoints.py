@@ -82,7 +82,7 @@ def resume(accelerator: Any, output_dir: Path, run_fingerprint: str, *, total_st
                          "use a new output_dir, or rerun the config that wrote it")
     accelerator.load_state(str(path))
     written_on = json.loads((path / "state.json").read_text()).get("processes", 1)
-    note = f"; written on {written_on} processes, resumed on {accelerator.num_processes}" \
+    note = f"; written on {_processes(written_on)}, resumed on {_processes(accelerator.num_processes)}" \
         if written_on != accelerator.num_processes else ""
     accelerator.print(f"resumed from {path} (step {step} of {total_steps}{note})")
     return step
@@ -165,3 +165,7 @@ class ProgressBar:
         """Show ``done`` steps, the figure ``loss`` and ``speed`` tokens/s."""
         if self.progress is not None:
             self.progress.update(self.task, completed=done, loss=f"{loss:.4f}", speed=f"{speed:.0f}")
+
+
+def _processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"

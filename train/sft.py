@@ -408,6 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:  # one summary line per run, not one per process
+        return 0
     print(json.dumps({"steps": result.steps, "resumed_from": result.resumed_from, "loss": result.last_loss,
                       "final": str(result.final_dir) if result.final_dir else None,
                       "tokens_per_s": round(result.tokens_per_s, 1), "skipped": len(result.skipped),

@@ -129,7 +129,7 @@ def test_sft_steps_on_two_processes_give_the_weights_of_one_and_resume_across_co
     # written on 1 process, resumed on 2
     run(1, *module, str(_sft_config(toy, tmp_path / "switch", max_steps=1)))
     resumed = run(2, *module, str(_sft_config(toy, tmp_path / "switch", max_steps=2)))
-    assert "written on 1 processes, resumed on 2" in resumed.stdout
+    assert "written on 1 process, resumed on 2 processes" in resumed.stdout
     assert json.loads(resumed.stdout.splitlines()[-1])["resumed_from"] == 1
     switch = tmp_path / "switch"
     assert max_difference(weights(one / step.format(2)), weights(switch / step.format(2))) <= 1e-5
@@ -203,13 +203,13 @@ def test_killing_one_of_two_processes_fails_the_run_and_it_resumes_on_one(toy, t
     resumed = run(1, "-m", "venus_edge.train.igpo_trainer", str(config), "--quiet")
     summary = json.loads(resumed.stdout.splitlines()[-1])
     assert summary["resumed_from"] >= 1 and summary["steps"] == 2
-    assert "written on 2 processes, resumed on 1" in resumed.stdout
+    assert "written on 2 processes, resumed on 1 process" in resumed.stdout
     assert [r["step"] for r in log(out)] == [1, 2]
     assert max_difference(weights(out / "final"), weights(igpo_one_process / "final")) <= 1e-5
     # a run stopped after its last checkpoint but before the final save writes it on the rerun, here on 2 processes
     shutil.rmtree(out / "final")
     again = run(2, "-m", "venus_edge.train.igpo_trainer", str(config), "--quiet")
-    assert "written on 1 processes, resumed on 2" in again.stdout
+    assert "written on 1 process, resumed on 2 processes" in again.stdout
     assert max_difference(weights(out / "final"), weights(igpo_one_process / "final")) <= 1e-5
 
 
