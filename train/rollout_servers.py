@@ -174,9 +174,10 @@ class RolloutServer:
         kv = self._GGUF_TYPES[self.config.dtype]  # the KV cache in the training dtype too (default F16)
         # flash attention works in F16: off for F32 training (log-probs then agree to ~1e-6, not ~1e-2)
         exact = ("-fa", "off") if self.config.dtype == "float32" else ()
+        extra = self.config.rollout_server_args or ()
         try:
             self.process = LlamaServer(gguf, slots=slots, n_ctx=self.config.n_ctx * slots,
-                                       extra_args=("-ctk", kv, "-ctv", kv, *exact, *(self.config.rollout_server_args or ())))
+                                       extra_args=("-ctk", kv, "-ctv", kv, *exact, *extra))
         except (FileNotFoundError, RuntimeError) as exc:
             raise RolloutServerError(f"the rollout llama-server did not start: {exc}") from exc
         self.engine = OpenAIEngine(self.process.url, exact_token_ids=True)

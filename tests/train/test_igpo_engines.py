@@ -257,7 +257,8 @@ def test_a_failed_weight_update_ends_the_run_with_its_reason_and_a_resumable_che
     folder = _served_folder(run, toy) if kind == "vllm" else toy / "base"
     server = StubEngineServer(kind, folder, fail_update=2 if kind == "sglang" else 3)  # the second step's update
     try:
-        config = igpo_config(toy, run, rollout_server=kind, rollout_server_url=server.url, rollout_concurrency=2)
+        config = igpo_config(toy, run, rollout_server=kind, rollout_server_url=server.url, rollout_concurrency=2,
+                             questions_per_step=1)
         assert cli(["train", "igpo", str(config), "--quiet"]) == 4
     finally:
         server.close()
@@ -266,7 +267,8 @@ def test_a_failed_weight_update_ends_the_run_with_its_reason_and_a_resumable_che
     assert [r["step"] for r in _rows(run)] == [1] and (run / "checkpoints" / "step-000001").is_dir()
     server = StubEngineServer(kind, folder)
     try:
-        config = igpo_config(toy, run, rollout_server=kind, rollout_server_url=server.url, rollout_concurrency=2)
+        config = igpo_config(toy, run, rollout_server=kind, rollout_server_url=server.url, rollout_concurrency=2,
+                             questions_per_step=1)
         assert cli(["train", "igpo", str(config), "--quiet"]) == 0
     finally:
         server.close()
@@ -298,7 +300,7 @@ def test_a_started_vllm_is_launched_on_the_policy_and_reloaded_after(toy, igpo_c
     launcher.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     run = tmp_path / "run"
-    config = igpo_config(toy, run, rollout_server="vllm", rollout_concurrency=2,
+    config = igpo_config(toy, run, rollout_server="vllm", rollout_concurrency=2, questions_per_step=1,
                          rollout_server_args=["--gpu-memory-utilization", "0.3"])
     assert cli(["train", "igpo", str(config), "--quiet"]) == 0
     log = [json.loads(line) for line in (run / "rollout-policy" / "server.log").read_text().splitlines()
