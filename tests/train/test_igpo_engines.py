@@ -231,7 +231,9 @@ def test_each_step_s_policy_reaches_the_engine_through_its_own_weight_update(toy
     folder = _served_folder(run, toy) if kind == "vllm" else toy / "base"
     server = StubEngineServer(kind, folder)
     try:
-        config = igpo_config(toy, run, rollout_server=kind, rollout_server_url=server.url, rollout_concurrency=2)
+        # weight decay shrinks the matrices by 10 % a step whatever the rewards: the policy surely changes
+        config = igpo_config(toy, run, rollout_server=kind, rollout_server_url=server.url, rollout_concurrency=2,
+                             learning_rate=1e-2, weight_decay=10.0)
         assert cli(["train", "igpo", str(config), "--quiet"]) == 0
     finally:
         server.close()
