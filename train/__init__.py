@@ -2,8 +2,9 @@
 and ShareGPT rows, cleaned into the trained protocol with a report, long ones resampled, tokenized with the
 assistant mask: ``venus-edge train clean``), the SFT trainer (transformers + accelerate: ``venus-edge train sft``),
 IGPO (rollouts through the agent loop on a transformers engine, information-gain turn rewards, group-normalized
-discounted advantages, PPO-clip with KL: ``venus-edge train igpo``), the data as verl's parquet files
-(``venus-edge train export-verl``), and a toy research world with tiny models to
+discounted advantages, PPO-clip with KL: ``venus-edge train igpo``; rollouts on llama-server, vLLM or SGLang kept
+serving the policy: ``rollout_servers``), the data as verl's parquet files (``venus-edge train export-verl``), and
+a toy research world with tiny models to
 run it all on a CPU (``scripts/toy_sft.sh``, ``scripts/toy_igpo.sh``).
 
     from venus_edge.train import CleanContext, clean_samples, load_samples, resample, tokenize_samples
@@ -41,6 +42,7 @@ _MODULE_EXPORTS = {
     "igpo_scoring": ("PseudoAnswer", "cache_keyword", "pseudo_answer", "score_boundaries", "score_boundaries_directly"),
     "igpo_trainer": ("IGPOConfig", "IGPOResult", "train_igpo"),
     "resampling": ("DEFAULT_MULTIPLIERS", "DEFAULT_THRESHOLDS", "ResampleReport", "resample"),
+    "rollout_servers": ("SERVER_KINDS", "RolloutServer", "save_policy"),
     "sft": ("LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft",
             "trained_added_tokens"),
     "tinymodel": ("COPY_PHASES", "copy_window", "pretrain_copying", "write_tiny_model"),

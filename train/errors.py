@@ -44,7 +44,9 @@ class Dropped(TrainError):
 
 
 class RolloutServerError(TrainError, RuntimeError):
-    """The rollout server could not be given the policy: ``sync_command`` failed, or llama-server did not start."""
+    """The rollout server could not be given the policy: it did not start (llama-server, vLLM, SGLang), its weight
+    update failed or was refused (vLLM's ``reload_weights``, SGLang's ``/update_weights_from_disk``), or
+    ``sync_command`` failed."""
 
 
 class OracleGaveUp(TrainError, RuntimeError):

@@ -14,14 +14,15 @@ Each step: ``questions_per_step`` questions are drawn (seeded by the step, so a 
 
 - in this process on ``TransformersEngine``, one after another (``rollout_server`` unset); or
 - on a model server through the runtime's ``OpenAIEngine``, ``rollout_concurrency`` sessions at once (the server
-  batches them): ``rollout_server: llama-server`` starts llama.cpp's server on a GGUF export of the policy (in the
-  training dtype) and restarts it on the new weights after every step; ``rollout_server: http://host:port`` uses
-  a running server (vLLM, SGLang, llama-server), and ``sync_command`` (run before every step's rollouts with
-  ``{model_dir}`` replaced by a folder holding the policy as a Hugging Face checkpoint) must make it serve those
-  weights (e.g. a script calling vLLM's weight-reload endpoint). Token ids are the server's own (on llama-server
-  through ``OpenAIEngine(exact_token_ids=True)``); PPO's old log-probabilities are recomputed on the policy, one
-  forward per sequence (the largest gap from the server's is logged as ``server_logprob_gap``); the information
-  gain is scored here, on the policy.
+  batches them), kept serving the policy by ``rollout_servers.RolloutServer``: ``rollout_server: llama-server``
+  restarts llama.cpp's server on a GGUF export of the policy (in the training dtype) after every step;
+  ``rollout_server: vllm`` or ``sglang`` starts the engine's server (or uses the one at ``rollout_server_url``) and
+  gives it each step's weights through the engine's own interface (vLLM's in-place ``reload_weights``, SGLang's
+  ``/update_weights_from_disk``); ``rollout_server: http://host:port`` uses any running server, and
+  ``sync_command`` (run before every step's rollouts with ``{model_dir}`` replaced by a folder holding the policy as
+  a Hugging Face checkpoint) must make it serve those weights. Token ids and their log-probs are the server's own;
+  PPO's old log-probabilities are recomputed on the policy, one forward per sequence (the largest gap from the
+  server's is logged as ``server_logprob_gap``); the information gain is scored here, on the policy.
 
 Under ``accelerate launch`` (DDP; ``ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N`` on CPUs)
 the step is data-parallel: process p samples the groups of the drawn questions q with q mod N = p (a group stays on
@@ -45,8 +46,6 @@ import copy
 import json
 import math
 import random
-import shlex
-import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -54,14 +53,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date as Date
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from venus_edge.protocol import OBSERVATION_STYLES, observation_style
 from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
 from venus_edge.train.config import ConfigFile, check_run_settings, require
-from venus_edge.train.errors import RolloutServerError
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
 from venus_edge.train.igpo_rollout import RecordingEngine, Rollout, run_rollout
+from venus_edge.train.rollout_servers import SERVER_KINDS
+from venus_edge.train.rollout_servers import RolloutServer as _RolloutServer
 
 __all__ = ["IGPOConfig", "IGPOResult", "train_igpo"]
 
@@ -126,7 +126,14 @@ class IGPOConfig(ConfigFile):
                 "rl (their RL rollouts; README, Observation styles)"})
     rollout_server: str | None = field(default=None, metadata={
         "help": "none (rollouts in this process), llama-server (a managed llama.cpp server on the policy's GGUF "
-                "export) or the URL of a running OpenAI-compatible server (needs sync_command)"})
+                "export), vllm or sglang (the engine's server, given each step's weights by its own reload "
+                "interface; rollout_servers), or the URL of any running OpenAI-compatible server (needs "
+                "sync_command)"})
+    rollout_server_url: str | None = field(default=None, metadata={
+        "help": "with vllm or sglang, a running server to use instead of starting one (vLLM: started with "
+                "VLLM_SERVER_DEV_MODE=1 on OUT/rollout-policy/hf)"})
+    rollout_server_args: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "more command-line options of a server started here (vllm: --gpu-memory-utilization 0.3)"})
     rollout_concurrency: int = field(default=8, metadata={
         "help": "rollouts in flight at once on a server (its parallel slots)"})
     sync_command: str | None = field(default=None, metadata={
@@ -178,10 +185,21 @@ class IGPOConfig(ConfigFile):
 
     def _check_server(self) -> None:
         server = self.rollout_server
-        require(server is None or server == "llama-server" or server.startswith(("http://", "https://")),
-                f"rollout_server must be llama-server or an http(s) URL, got {server!r}", setting="rollout_server",
-                value=server)
-        require(server is None or server == "llama-server" or bool(self.sync_command),
+        url = server is not None and server.startswith(("http://", "https://"))
+        require(server is None or server in SERVER_KINDS or url,
+                f"rollout_server must be one of {', '.join(SERVER_KINDS)} or an http(s) URL, got {server!r}",
+                setting="rollout_server", value=server)
+        engine_url = self.rollout_server_url
+        require(engine_url is None or server in ("vllm", "sglang"),
+                f"rollout_server_url names a running vllm or sglang server, got it with rollout_server {server!r}",
+                setting="rollout_server_url", value=engine_url)
+        require(engine_url is None or engine_url.startswith(("http://", "https://")),
+                f"rollout_server_url must be an http(s) URL, got {engine_url!r}", setting="rollout_server_url",
+                value=engine_url)
+        require(self.sync_command is None or url,
+                f"sync_command is for a rollout_server URL; {server!r} is given the policy by its own interface, "
+                "leave sync_command out", setting="sync_command", value=self.sync_command)
+        require(not url or bool(self.sync_command),
                 f"a rollout_server URL needs sync_command, got rollout_server {server!r} and no sync_command: the "
                 "server must serve the policy being trained, loaded from {model_dir} before every step",
                 setting="sync_command", value=self.sync_command)
@@ -450,73 +468,6 @@ class _ToolsPerThread:
         for tools in self._made:
             close_tools(tools)
         self._made.clear()
-
-
-class _RolloutServer:
-    """The model server rollouts are sampled on, serving the current policy (``IGPOConfig.rollout_server``).
-
-    ``serve`` saves the policy to ``folder/hf`` (a Hugging Face checkpoint) and makes the server serve it: the
-    managed ``llama-server`` is restarted on a fresh GGUF export (``venus_edge.quantize.convert_checkpoint`` in the
-    training dtype); a server at a URL is given ``sync_command``. Returns an ``OpenAIEngine`` on it (with
-    ``exact_token_ids`` on llama-server).
-
-    Raises:
-        RolloutServerError: the sync command failed, or llama-server did not start.
-    """
-
-    _GGUF_TYPES: ClassVar[dict[str, str]] = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-
-    def __init__(self, config: IGPOConfig, folder: Path) -> None:
-        self.config = config
-        self.folder = folder
-        self.process: Any = None
-        self.engine: Any = None
-
-    def serve(self, policy: Any, tokenizer: Any) -> Any:
-        from venus_edge.engines.openai import OpenAIEngine
-
-        checkpoint = self.folder / "hf"
-        policy.save_pretrained(checkpoint, safe_serialization=True)
-        tokenizer.save_pretrained(checkpoint)
-        if self.config.rollout_server == "llama-server":
-            from venus_edge.quantize.convert import convert_checkpoint
-            from venus_edge.testing import LlamaServer
-
-            gguf = convert_checkpoint(checkpoint, self.folder / "policy.gguf",
-                                      out_type=self._GGUF_TYPES[self.config.dtype])
-            self.close()
-            slots = self.config.rollout_concurrency
-            kv = self._GGUF_TYPES[self.config.dtype]  # the KV cache in the training dtype too (default F16)
-            # flash attention works in F16: off for F32 training (log-probs then agree to ~1e-6, not ~1e-2)
-            exact = ("-fa", "off") if self.config.dtype == "float32" else ()
-            try:
-                self.process = LlamaServer(gguf, slots=slots, n_ctx=self.config.n_ctx * slots,
-                                           extra_args=("-ctk", kv, "-ctv", kv, *exact))
-            except (FileNotFoundError, RuntimeError) as exc:
-                raise RolloutServerError(f"the rollout llama-server did not start: {exc}") from exc
-            self.engine = OpenAIEngine(self.process.url, exact_token_ids=True)
-            return self.engine
-        server, sync_command = self.config.rollout_server, self.config.sync_command
-        # IGPOConfig's rules: this path is a rollout_server URL, and a URL comes with a sync_command
-        assert server is not None and sync_command is not None, "a rollout_server URL needs a sync_command"
-        command = sync_command.replace("{model_dir}", shlex.quote(str(checkpoint.resolve())))
-        done = subprocess.run(command, shell=True, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RolloutServerError(f"sync_command exited with {done.returncode}: "
-                                     f"{(done.stderr or done.stdout).strip()[-1000:]}")
-        if self.engine is None:
-            self.engine = OpenAIEngine(server)
-            # llama-server's streamed replies leave out the ids of tokens that end inside a UTF-8 character
-            self.engine.exact_token_ids = self.engine.server_kind == "llama-server"
-        return self.engine
-
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
-        if self.process is not None:
-            self.process.stop()
-            self.process = None
 
 
 def _update(config: IGPOConfig, model: Any, reference: Any, optimizer: Any, accelerator: Any,

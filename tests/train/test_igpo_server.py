@@ -125,7 +125,11 @@ def test_a_running_server_is_given_the_policy_by_the_sync_command_before_each_st
 
 @pytest.mark.parametrize(("settings", "message"), [
     ({"rollout_server": "http://127.0.0.1:9"}, "a rollout_server URL needs sync_command"),
-    ({"rollout_server": "vllm"}, "rollout_server must be llama-server or an http(s) URL"),
+    ({"rollout_server": "tgi"}, "rollout_server must be one of llama-server, vllm, sglang or an http(s) URL"),
+    ({"rollout_server": "llama-server", "rollout_server_url": "http://127.0.0.1:9"},
+     "rollout_server_url names a running vllm or sglang server"),
+    ({"rollout_server": "vllm", "rollout_server_url": "127.0.0.1:9"}, "rollout_server_url must be an http(s) URL"),
+    ({"rollout_server": "sglang", "sync_command": "reload {model_dir}"}, "sync_command is for a rollout_server URL"),
     ({"rollout_server": "http://127.0.0.1:9", "sync_command": "reload"}, "sync_command must name {model_dir}"),
     ({"rollout_concurrency": 0}, "rollout_concurrency must be >= 1"),
 ])

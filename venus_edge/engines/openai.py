@@ -31,6 +31,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -73,15 +74,17 @@ class OpenAIEngine:
         max_retries: attempts of a request that fails with no answer, 429 or a 5xx.
         backoff_s: the first wait between attempts, in seconds; it doubles up to ``max_backoff_s``.
         client: an ``httpx.Client`` to use (tests, proxies); the engine makes its own otherwise.
-        exact_token_ids: for RL rollouts on llama-server, which leaves the ids (and log-probs) of tokens that end
-            inside a UTF-8 character out of its streamed and OpenAI-form replies: request each completion whole
-            from its native ``/completion`` with ``return_tokens``, which lists every sampled id. Stops are then
-            cut from the finished completion (single-token stop strings only; the server decodes past them), text
-            is not streamed, a cancel is not seen until the completion returns, and ``logprobs`` are NaN for the
-            tokens the server sent none for.
+        exact_token_ids: for RL rollouts, request each completion whole from the server's native interface, which
+            lists every sampled id: llama-server's ``/completion`` with ``return_tokens`` (its streamed and
+            OpenAI-form replies leave out the ids and log-probs of tokens that end inside a UTF-8 character), or
+            SGLang's ``/generate`` with ``input_ids`` and ``return_logprob`` (its OpenAI-form replies name tokens by
+            text). Stops are then cut from the finished completion (single-token stop strings only), text is not
+            streamed, a cancel is not seen until the completion returns, and ``logprobs`` are NaN for the tokens the
+            server sent none for. vLLM needs none of this: its streamed ``return_tokens_as_token_ids`` lists every id.
 
     Attributes:
-        server_kind: ``llama-server`` (it answers ``/props``) or ``openai`` (vLLM, SGLang, others).
+        server_kind: ``llama-server`` (it answers ``/props``), ``sglang`` (it answers ``/get_model_info``) or
+            ``openai`` (vLLM, others).
 
     Raises:
         EngineConnectionError: the server cannot be reached or does not say its context window.
@@ -240,10 +243,38 @@ class OpenAIEngine:
 
     def _generate_whole(self, prompt: list[int], max_tokens: int, sampling: SamplingParams, stop: Sequence[str],
                         grammar: str | None, on_text: TokenCallback | None, seed: int | None) -> Completion:
-        """One completion from llama-server's native ``/completion``, not streamed, with every sampled id."""
+        """One completion from the server's native interface (llama-server's ``/completion``, SGLang's
+        ``/generate``), not streamed, with every sampled id."""
         stop_ids = {token: text for text in stop if (token := self.single_token_id(text)) is not None}
         if text_stops := [text for text in stop if text not in stop_ids.values()]:
             raise ValueError(f"exact_token_ids stops on single tokens only; {text_stops} is text in this vocabulary")
+        start = time.perf_counter()
+        if self.server_kind == "sglang":
+            sampled, logprobs, ended, prompt_s, evaluated = self._sample_sglang(prompt, max_tokens, sampling, stop_ids,
+                                                                                seed)
+        else:
+            sampled, logprobs, ended, prompt_s, evaluated = self._sample_llama_server(prompt, max_tokens, sampling,
+                                                                                      grammar, seed)
+        end = time.perf_counter()
+        cut = next((i for i, token in enumerate(sampled) if token in stop_ids), None)
+        finish: FinishReason = "stop" if cut is not None else "eog" if ended else "length"
+        kept = sampled[:cut] if cut is not None else sampled[:-1] if ended else sampled
+        end_index = cut if cut is not None else len(sampled) - 1 if ended else None
+        stream = StopStream([], on_text, None)
+        stream.feed(self.detokenize(kept) if kept else "")
+        stream.flush()
+        stats = GenerationStats(len(prompt), evaluated, len(prompt) - evaluated, len(sampled), prompt_s,
+                                end - start - prompt_s)
+        return Completion(stream.text, kept, "cancelled" if stream.cancelled else finish,
+                          stop_ids[sampled[cut]] if cut is not None else None, stats,
+                          logprobs[:len(kept)] if logprobs is not None else None,
+                          sampled[end_index] if end_index is not None else None,
+                          logprobs[end_index] if logprobs is not None and end_index is not None else None)
+
+    def _sample_llama_server(self, prompt: list[int], max_tokens: int, sampling: SamplingParams, grammar: str | None,
+                             seed: int | None) -> tuple[list[int], list[float] | None, bool, float, int]:
+        """(sampled ids, their log-probs, whether the last one ended generation, prefill seconds, prompt tokens
+        evaluated) from llama-server's ``/completion`` (``return_tokens``, ``n_probs``)."""
         body: dict[str, Any] = {
             "prompt": prompt, "n_predict": max_tokens, "stream": False, "temperature": sampling.temperature,
             "top_p": sampling.top_p, "top_k": sampling.top_k, "min_p": 0.0,
@@ -255,9 +286,7 @@ class OpenAIEngine:
             body["seed"] = seed
         if grammar:
             body["grammar"] = grammar
-        start = time.perf_counter()
         reply = self._request("POST", "/completion", body)
-        end = time.perf_counter()
         if not isinstance(reply.get("tokens"), list):
             raise EngineConnectionError(self.base_url, "/completion sent no token ids: exact_token_ids needs "
                                         "llama-server (return_tokens)")
@@ -270,24 +299,40 @@ class OpenAIEngine:
                 found = entry < len(probabilities) and int(probabilities[entry].get("id", -1)) == token
                 logprobs.append(float(probabilities[entry].get("logprob", math.nan)) if found else math.nan)
                 entry += found
-        cut = next((i for i, token in enumerate(sampled) if token in stop_ids), None)
-        ended = reply.get("stop_type") == "eos" and sampled
-        finish: FinishReason = "stop" if cut is not None else "eog" if ended else "length"
-        kept = sampled[:cut] if cut is not None else sampled[:-1] if ended else sampled
-        end_index = cut if cut is not None else len(sampled) - 1 if ended else None
-        stream = StopStream([], on_text, None)
-        stream.feed(self.detokenize(kept) if kept else "")
-        stream.flush()
         timings = reply.get("timings") or {}
-        evaluated = int(timings.get("prompt_n", len(prompt)))
-        stats = GenerationStats(len(prompt), evaluated, len(prompt) - evaluated, len(sampled),
-                                float(timings.get("prompt_ms", 0.0)) / 1000, end - start - float(
-                                    timings.get("prompt_ms", 0.0)) / 1000)
-        return Completion(stream.text, kept, "cancelled" if stream.cancelled else finish,
-                          stop_ids[sampled[cut]] if cut is not None else None, stats,
-                          logprobs[:len(kept)] if logprobs is not None else None,
-                          sampled[end_index] if end_index is not None else None,
-                          logprobs[end_index] if logprobs is not None and end_index is not None else None)
+        ended = reply.get("stop_type") == "eos" and bool(sampled)
+        return (sampled, logprobs, ended, float(timings.get("prompt_ms", 0.0)) / 1000,
+                int(timings.get("prompt_n", len(prompt))))
+
+    def _sample_sglang(self, prompt: list[int], max_tokens: int, sampling: SamplingParams, stop_ids: Mapping[int, str],
+                       seed: int | None) -> tuple[list[int], list[float] | None, bool, float, int]:
+        """(sampled ids, their log-probs, whether the last one ended generation, prefill seconds, prompt tokens
+        evaluated) from SGLang's native ``/generate`` (``input_ids``, ``return_logprob``; its ``meta_info`` lists
+        ``[logprob, id, text]`` per output token and the ``finish_reason``). The server stops on the stop ids."""
+        sampling_params: dict[str, Any] = {
+            "max_new_tokens": max_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "top_k": sampling.top_k if sampling.top_k > 0 else -1, "min_p": 0.0,
+            "presence_penalty": sampling.presence_penalty, "stop_token_ids": sorted(stop_ids),
+            "skip_special_tokens": False, "no_stop_trim": True,
+        }
+        if seed is not None:
+            sampling_params["sampling_seed"] = seed
+        body = {"input_ids": prompt, "sampling_params": sampling_params, "return_logprob": True, "stream": False}
+        reply = self._request("POST", "/generate", body)
+        info = reply.get("meta_info") if isinstance(reply, dict) else None
+        entries = (info or {}).get("output_token_logprobs")
+        if not isinstance(entries, list):
+            raise EngineConnectionError(self.base_url, "/generate sent no output_token_logprobs: exact_token_ids "
+                                        "needs SGLang's native /generate with return_logprob")
+        assert info is not None  # entries came from it
+        sampled = [int(entry[1]) for entry in entries]
+        logprobs = [math.nan if entry[0] is None else float(entry[0]) for entry in entries]
+        reason = info.get("finish_reason") or {}
+        # a stop on a stop id ends with that id (a stop, not an end of generation); the end of generation too
+        ended = (reason.get("type") == "stop" and bool(sampled) and sampled[-1] == reason.get("matched")
+                 and sampled[-1] not in stop_ids)
+        evaluated = len(prompt) - int(info.get("cached_tokens") or 0)
+        return sampled, logprobs if sampling.logprobs else None, ended, 0.0, evaluated
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
         """Complete a short chat greedily (``TextCompleter``: visit's evidence, a judge); a reasoning block, if the
@@ -316,7 +361,8 @@ class OpenAIEngine:
 
     # ------------------------------------------------------------------------------------------ HTTP
     def _discover(self, model: str | None) -> tuple[str, int]:
-        """(model name, context window) from ``/props`` (llama-server) or ``/v1/models`` (vLLM, SGLang)."""
+        """(model name, context window) from ``/props`` (llama-server) or ``/v1/models`` (vLLM, SGLang); the server's
+        kind from which of ``/props`` and ``/get_model_info`` it answers."""
         n_ctx = 0
         self.server_kind = "openai"
         try:
@@ -327,6 +373,9 @@ class OpenAIEngine:
         except EngineConnectionError as exc:
             if "HTTP 404" not in str(exc):
                 raise
+            with contextlib.suppress(EngineConnectionError):  # SGLang's native interface; vLLM answers 404
+                if "model_path" in self._request("GET", "/get_model_info", None):
+                    self.server_kind = "sglang"
         models = self._request("GET", "/v1/models", None).get("data", [])
         name = model or (str(models[0].get("id")) if models else "default")
         listed: dict[str, Any] = next((m for m in models if m.get("id") == name), {})
