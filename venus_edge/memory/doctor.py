@@ -18,7 +18,7 @@ Where the facts come from:
   the others (a thread on a little core holds every other thread at each step, ``threads_that_fit``); SMT siblings
   (``topology/thread_siblings_list``) are one core.
 - RAM: ``MemTotal`` and ``MemAvailable`` in /proc/meminfo. Thermal: /sys/class/thermal/thermal_zone*/``temp``
-  (millidegrees Celsius) and ``type``.
+  (millidegrees Celsius) and ``type``, read by ``venus_edge.memory.sensors`` (as pacing reads them).
 - the recommendation: the finest quant type, of those the CPU's llama.cpp kernels favour (an ARM build repacks
   Q4_0 and Q8_0 for its dot-product and i8mm kernels; x86 runs the K-quants), whose plan (``plan_memory`` against
   the RAM available now) keeps a window of ``min(the model's cap, Q4_0_BELOW_N_CTX)`` tokens; else the longest
@@ -43,6 +43,10 @@ from venus_edge.memory.plan import (
     plan_memory,
 )
 from venus_edge.memory.presets import header_at_quant
+from venus_edge.memory.sensors import SysfsUnreadable as _Unknown
+from venus_edge.memory.sensors import read_sysfs_int as _read_int
+from venus_edge.memory.sensors import read_sysfs_text as _read
+from venus_edge.memory.sensors import read_thermal_zones
 
 __all__ = ["CPU_FEATURES", "CoreGroup", "DoctorReport", "Recommendation", "diagnose", "llama_backends",
            "recommend_settings"]
@@ -57,34 +61,6 @@ CPU_FEATURES: dict[str, dict[str, str]] = {
 #: The quant types to choose from, finest first: an ARM build repacks Q4_0 and Q8_0 at load for its dot-product
 #: and i8mm kernels (ggml-cpu/repack.cpp); x86 builds run the K-quants (and repack Q4_K with AVX2).
 RECOMMENDED_QUANTS: dict[str, tuple[str, ...]] = {"arm": ("Q8_0", "Q4_0"), "x86": ("Q8_0", "Q6_K", "Q4_K_M")}
-
-
-class _Unknown(Exception):
-    """A fact that cannot be read; the message says which file and why."""
-
-
-def _read(path: Path) -> str:
-    """The text of one /proc or /sys file, or ``_Unknown`` naming the path and the reason."""
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        raise _Unknown(f"{path} is missing") from None
-    except IsADirectoryError:
-        raise _Unknown(f"{path} is a directory, not a file") from None
-    except PermissionError:
-        raise _Unknown(f"{path} cannot be read (permission denied)") from None
-    except UnicodeDecodeError:
-        raise _Unknown(f"{path} is not text") from None
-    except OSError as exc:
-        raise _Unknown(f"{path} cannot be read ({exc.strerror or exc})") from None
-
-
-def _read_int(path: Path) -> int:
-    text = _read(path).strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise _Unknown(f"{path} holds {text[:40]!r}, not a whole number") from None
 
 
 @dataclass(frozen=True)
@@ -342,26 +318,8 @@ def _meminfo(root: Path, unknown: list[str]) -> tuple[int | None, int | None]:
 
 
 def _thermal(root: Path, unknown: list[str]) -> dict[str, float]:
-    """Thermal zone name -> degrees Celsius, from /sys/class/thermal."""
-    base = root / "sys" / "class" / "thermal"
-    try:
-        zones = sorted(entry for entry in base.iterdir() if entry.name.startswith("thermal_zone"))
-    except OSError:
-        unknown.append(f"temperatures: no thermal zones ({base} is missing)")
-        return {}
-    if not zones:
-        unknown.append(f"temperatures: no thermal_zone* folders in {base}")
-    found: dict[str, float] = {}
-    for zone in zones:
-        try:
-            name = _read(zone / "type").strip() or zone.name
-        except _Unknown:
-            name = zone.name
-        try:
-            found[name if name not in found else f"{name} ({zone.name})"] = _read_int(zone / "temp") / 1000
-        except _Unknown as exc:
-            unknown.append(f"temperature of {name}: {exc}")
-    return found
+    """Thermal zone name -> degrees Celsius (``sensors.read_thermal_zones``)."""
+    return {zone.name: zone.celsius for zone in read_thermal_zones(root, unknown)}
 
 
 def llama_backends(info: str) -> tuple[str, ...]:
