@@ -113,6 +113,8 @@ def test_heat_lowers_the_threads_pauses_until_the_zone_cools_and_gives_the_threa
     assert "cpu-thermal at 72.0 C, at or above 70 C: threads 4 -> 2" in lowered.detail
     assert paused.celsius == 85.0 and "pausing until 60 C" in paused.detail
     assert resumed.celsius == 55.0 and "cooled" in resumed.detail and resumed.waited_s is not None
+    # Not a speed bound: a pause that ignored the cooled file would end only at its cap, 600 s.
+    assert resumed.waited_s < agent.pace.max_pause_s, "the pause ended when the zone cooled, not at its cap"
     [trajectory] = read_journal(journal).trajectories
     assert trajectory.termination == "answered"
     assert [{k: v for k, v in record.items() if k not in ("record", "session_id")} for record in trajectory.paces] \

@@ -76,7 +76,8 @@ _RESEARCH_DESCRIPTION = """\
 Research QUESTION with a local model (llama.cpp, or a server with --engine openai) and tools: search and visit a
 --corpus folder, the --web, or a --replay recording, turn by turn until the model answers. Prints the answer and the
 sources it read on stdout (--json: the whole result), progress on stderr. --out FILE appends the trajectory (JSONL)
-to FILE; --resume FILE continues a killed session from it.
+to FILE; --resume FILE continues a killed session from it. --pace slows down, pauses or stops (resumably) a
+session on a device that heats or drains (README, Pacing on a hot or draining device).
 
 examples:
   venus-edge research "When was tomllib added to Python?" --corpus docs/ --model M.gguf --out runs/t.jsonl
