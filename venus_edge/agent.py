@@ -594,7 +594,7 @@ class _Session:
         self.journal = TrajectoryWriter(self.journal_path, self.session_id) if self.journal_path else None
         self.pending_notice: str | None = None
         self.journal_started = resumed is not None  # the start record is in the journal
-        self.ended = False  # the end record was written (``_finish``)
+        self.ended = False  # the session ended (``_finish``): its end record written, unless pacing stopped it
         self.policy = agent.new_policy(self.config)
         self.pacer = Pacer(agent.pace, self.engine, cancel=cancel) if agent.pace is not None else None
         self._segments: dict[tuple[int, str], list[int]] = {}
