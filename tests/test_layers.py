@@ -24,14 +24,16 @@ PACKAGE_ROOT = "venus_edge"
 # listed. Layer 0 also holds the leaf formats ``grammar`` (the GBNF of a turn, part of the text format),
 # ``text`` (the one place text from outside is made valid Unicode) and
 # ``jsonl`` (records on disk, used by the journal, eval and train); the typed records of a session (``turn``,
-# ``events``, ``trajectory``) sit with the agent that makes them; ``testing`` holds a scripted engine.
+# ``events``, ``trajectory``) sit with the agent that makes them, as does ``pacing`` (it acts between the agent's
+# turns); ``testing`` holds a scripted engine.
 LAYERS: list[tuple[str, ...]] = [
     ("venus_edge.tools", "venus_edge.protocol", "venus_edge.errors", "venus_edge.grammar", "venus_edge.jsonl",
      "venus_edge.lazy", "venus_edge.text"),
     ("venus_edge.memory",),
     ("venus_edge.engines", "venus_edge.testing"),
-    ("venus_edge.agent", "venus_edge.policies", "venus_edge.events", "venus_edge.result", "venus_edge.turn",
-     "venus_edge.trajectory", "venus_edge.session_lock", "venus_edge.toolbox", "venus_edge.quantize"),
+    ("venus_edge.agent", "venus_edge.pacing", "venus_edge.policies", "venus_edge.events", "venus_edge.result",
+     "venus_edge.turn", "venus_edge.trajectory", "venus_edge.session_lock", "venus_edge.toolbox",
+     "venus_edge.quantize"),
     ("venus_edge.session", "venus_edge.flags", "venus_edge.provenance"),
     ("venus_edge.eval", "venus_edge.server", "venus_edge.bench"),
     ("venus_edge.cli", "venus_edge.train"),

@@ -35,7 +35,7 @@ _MODULE_EXPORTS = {
     "agent": ("Agent", "AgentConfig", "default_answer_reserve", "resumable_session"),
     "result": ("NO_SOURCES", "TERMINATIONS", "Result", "SessionTotals", "Termination", "termination_of"),
     "engines.base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
-                     "stream_generation"),
+                     "ThreadControl", "stream_generation"),
     "engines.batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
     "engines.decode": ("KVContext", "decode_loop", "sampler_chain"),
     "engines.llama_cpp": ("LlamaCppEngine",),
@@ -48,10 +48,11 @@ _MODULE_EXPORTS = {
     "errors": ("ContextOverflowError", "ContextSettingsError", "EngineConnectionError", "EngineStateError",
                "GenerationCancelled", "MemoryPlanError", "ModelLoadError", "ModelNotFoundError", "SessionLockedError",
                "TrajectoryError", "VenusEdgeError"),
-    "events": ("ContextCompacted", "ErrorRaised", "Event", "LimitReached", "SessionFinished", "SessionStarted",
-               "TextDelta", "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted", "TurnRetried",
-               "TurnStarted"),
+    "events": ("PACE_ACTIONS", "ContextCompacted", "ErrorRaised", "Event", "LimitReached", "Paced", "SessionFinished",
+               "SessionStarted", "TextDelta", "ToolAttempted", "ToolCalled", "ToolReturned", "TurnCompleted",
+               "TurnRetried", "TurnStarted"),
     "grammar": ("GrammarLimits",),
+    "pacing": ("PaceConfig", "Pacer"),
     "policies": ("POLICIES", "Compaction", "CompactionContext", "ContextPolicy", "ForceAnswer", "KeepLastK",
                  "Summarize", "fit_result", "make_policy"),
     "provenance": ("MachineInfo", "ModelFile", "RunRecord", "command_flags", "describe_run", "model_file_record"),
@@ -72,6 +73,7 @@ if _TYPE_CHECKING:
         SamplingParams,
         StopStream,
         TextCompleter,
+        ThreadControl,
         stream_generation,
     )
     from venus_edge.engines.batched import BatchedLlamaCppEngine, SequenceEngine
@@ -99,10 +101,12 @@ if _TYPE_CHECKING:
         VenusEdgeError,
     )
     from venus_edge.events import (
+        PACE_ACTIONS,
         ContextCompacted,
         ErrorRaised,
         Event,
         LimitReached,
+        Paced,
         SessionFinished,
         SessionStarted,
         TextDelta,
@@ -114,6 +118,7 @@ if _TYPE_CHECKING:
         TurnStarted,
     )
     from venus_edge.grammar import GrammarLimits
+    from venus_edge.pacing import PaceConfig, Pacer
     from venus_edge.policies import (
         POLICIES,
         Compaction,

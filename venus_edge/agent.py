@@ -26,6 +26,9 @@ Departures from the reference:
 6. Strict mode (a grammar per turn, for models too small to keep the protocol; the reference has none) can require
    the first calls (``required_calls``, e.g. search then visit) and lets a ``url`` argument name only URLs that the
    searches found and that did not fail to read, so a small model reads real pages rather than invented ones.
+7. Pacing (``venus_edge.pacing``, off unless ``pace`` is given; the reference runs on servers): before each turn
+   the device's temperatures and battery are read, and the loop lowers the engine's threads, pauses to cool down,
+   or stops on a low battery without an end record, so that the journal resumes the session.
 
 Usage:
 
@@ -68,6 +71,7 @@ from venus_edge.events import (
     ErrorRaised,
     Event,
     LimitReached,
+    Paced,
     SessionFinished,
     SessionStarted,
     TextDelta,
@@ -79,11 +83,13 @@ from venus_edge.events import (
     TurnStarted,
 )
 from venus_edge.grammar import GrammarLimits, TurnActions, turn_grammar, with_choices
+from venus_edge.pacing import PaceConfig, Pacer
 from venus_edge.policies import Compaction, CompactionContext, ContextPolicy, fit_result, make_policy
 from venus_edge.result import (
     ANSWERED,
     ANSWERED_MAX_STEPS,
     ANSWERED_TOKEN_LIMIT,
+    BATTERY_LOW,
     CANCELLED,
     ERROR,
     LLM_ERROR,
@@ -278,6 +284,9 @@ class Agent:
         trajectory_path: append the session's journal here (JSONL, see ``venus_edge.trajectory``).
         context_policy: a policy object of your own (``venus_edge.policies.ContextPolicy``); default the one
             ``config.context_policy`` names. Each session works on its own copy.
+        pace: pace each session for a device that heats and drains (``venus_edge.pacing``); None (default): off.
+            Not part of ``config`` (nor of the journal): it belongs to the device a session runs on, and a session
+            resumed elsewhere paces by that device's settings.
 
     Raises:
         ContextSettingsError: the answer reserve does not fit in the engine's ``n_ctx``, or the system prompt and
@@ -292,8 +301,10 @@ class Agent:
         config: AgentConfig | None = None,
         trajectory_path: str | os.PathLike[str] | None = None,
         context_policy: ContextPolicy | None = None,
+        pace: PaceConfig | None = None,
     ) -> None:
         self.engine = engine
+        self.pace = pace
         self.registry = ToolRegistry(tools)
         self.config = config or AgentConfig()
         self.trajectory_path = Path(trajectory_path) if trajectory_path else None
@@ -583,8 +594,9 @@ class _Session:
         self.journal = TrajectoryWriter(self.journal_path, self.session_id) if self.journal_path else None
         self.pending_notice: str | None = None
         self.journal_started = resumed is not None  # the start record is in the journal
-        self.ended = False  # the end record was written (``_finish``)
+        self.ended = False  # the session ended (``_finish``): its end record written, unless pacing stopped it
         self.policy = agent.new_policy(self.config)
+        self.pacer = Pacer(agent.pace, self.engine, cancel=cancel) if agent.pace is not None else None
         self._segments: dict[tuple[int, str], list[int]] = {}
         self._sampled: dict[int, _Sampled] = {}  # message index -> how the turn it holds was sampled
         self._recorded_samples = 0  # samples accounted for in journal records (see _new_samples)
@@ -731,6 +743,8 @@ class _Session:
             raise error
 
         while step < self.config.max_turns:
+            if self.pacer is not None and (yield from self._pace(step)):
+                return (yield from self._end(BATTERY_LOW, None, record_end=False))
             self._check_cancel()
             if time.monotonic() - self.start > self.config.time_limit_s:
                 yield LimitReached(step, "time", f"{self.config.time_limit_s:.0f} s elapsed")
@@ -794,6 +808,20 @@ class _Session:
             yield LimitReached(step - 1, "context", f"prompt is {used:,} tokens; budget is {self.budget:,}")
             return (yield from self._over_budget(step - 1, step))
         return None
+
+    def _pace(self, step: int) -> Generator[Event, None, bool]:
+        """Pacing's check before turn ``step`` (``Pacer.check``): each action journaled, then yielded. True when the
+        session stops for its battery."""
+        assert self.pacer is not None
+        checks = self.pacer.check(step)
+        while True:
+            try:
+                event: Paced = next(checks)
+            except StopIteration as done:
+                return bool(done.value)
+            if self.journal:
+                self.journal.pace(**{key: value for key, value in event.to_dict().items() if key != "type"})
+            yield event
 
     # ------------------------------------------------------------------------------------------- the budget
     def _over_budget(self, step: int, next_step: int) -> Generator[Event, None, Result | None]:
@@ -1122,19 +1150,20 @@ class _Session:
             low -= 1
         return low
 
-    def _end(self, termination: str, answer: str | None) -> Generator[Event, None, Result]:
-        result = self._finish(termination, answer)
+    def _end(self, termination: str, answer: str | None, *, record_end: bool = True) -> Generator[Event, None, Result]:
+        result = self._finish(termination, answer, record_end=record_end)
         yield SessionFinished(result)
         return result
 
-    def _finish(self, termination: str, answer: str | None, **extra: Any) -> Result:
-        """Write the end record (``extra`` fields too: ``error``) and return the session's ``Result``."""
+    def _finish(self, termination: str, answer: str | None, *, record_end: bool = True, **extra: Any) -> Result:
+        """Write the end record (``extra`` fields too: ``error``) and return the session's ``Result``. Without
+        ``record_end`` (a battery stop) the journal keeps the session open, so that it resumes."""
         self.ended = True
         elapsed = round(time.monotonic() - self.start, 3)
         sources = list(self.visited)
         cited = unvisited_citations(answer or "", sources)
         totals = self.totals.rounded()
-        if self.journal:
+        if self.journal and record_end:
             self.journal.end(termination=termination, answer=answer, sources=sources, unvisited_citations=cited,
                              messages=self.messages, elapsed_s=elapsed, totals=totals.to_dict(), turns=self.turns,
                              **extra)

@@ -36,6 +36,7 @@ from venus_edge.events import (
     ErrorRaised,
     Event,
     LimitReached,
+    Paced,
     SessionFinished,
     SessionStarted,
     ToolAttempted,
@@ -48,13 +49,15 @@ from venus_edge.events import (
 from venus_edge.flags import (
     SETTING_FLAGS,
     add_memory_arguments,
+    add_pace_arguments,
     add_session_arguments,
     check_session_arguments,
     count_argument,
+    pace_config,
 )
 from venus_edge.memory.devices import DEVICE_PRESETS, DevicePreset, device_preset
 from venus_edge.memory.presets import PRESET_MODELS, preset_model_header
-from venus_edge.result import NO_SOURCES, termination_of
+from venus_edge.result import BATTERY_LOW, NO_SOURCES, termination_of
 from venus_edge.session import SessionSettings, open_session
 from venus_edge.text import shown_path, valid_text
 
@@ -73,7 +76,8 @@ _RESEARCH_DESCRIPTION = """\
 Research QUESTION with a local model (llama.cpp, or a server with --engine openai) and tools: search and visit a
 --corpus folder, the --web, or a --replay recording, turn by turn until the model answers. Prints the answer and the
 sources it read on stdout (--json: the whole result), progress on stderr. --out FILE appends the trajectory (JSONL)
-to FILE; --resume FILE continues a killed session from it.
+to FILE; --resume FILE continues a killed session from it. --pace slows down, pauses or stops (resumably) a
+session on a device that heats or drains (README, Pacing on a hot or draining device).
 
 examples:
   venus-edge research "When was tomllib added to Python?" --corpus docs/ --model M.gguf --out runs/t.jsonl
@@ -131,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "(those flags are ignored) and new records go to FILE")
     research.add_argument("--session", default=None, metavar="ID",
                           help="with --resume: the session to continue (default the journal's last unfinished one)")
+    add_pace_arguments(research)
     _add_plan_command(commands)
     _add_doctor_command(commands)
     _add_eval_command(commands)
@@ -331,7 +336,7 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     elif args.session is not None:
         parser.error("--session ID goes with --resume FILE")
     question: str | None = args.question  # given unless --resume, checked above
-    settings = SessionSettings.from_args(args)
+    settings = replace(SessionSettings.from_args(args), pace=pace_config(args, parser))
     if args.samples > 1:
         return _research_samples(args, settings)
     if args.resume is not None:  # a journal with nothing to resume, or a session being written, before the model loads
@@ -359,7 +364,18 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(json.dumps(_result_payload(result), ensure_ascii=False, indent=2))
     else:
         _print_result(result, sys.stdout)
+    if result.termination == BATTERY_LOW:
+        print(_battery_low_hint(result), file=sys.stderr)
     return _exit_code(result.answer is not None, [result])
+
+
+def _battery_low_hint(result: Result) -> str:
+    """What to do after pacing stopped a session for its battery: resume its journal, or (without one) run again."""
+    if result.trajectory_path is None or result.journal_error:
+        return ("stopped: the battery is low; this session kept no journal to resume (give --out FILE next time), "
+                "so run it again once the device charges")
+    return (f"stopped: the battery is low; once the device charges, resume with: venus-edge research --resume "
+            f"{shown_path(result.trajectory_path)} and the same tools and model flags")
 
 
 def _journal_style(settings: SessionSettings, config: object) -> SessionSettings:
@@ -482,6 +498,8 @@ class _Progress:
                     f"tokens, {event.tokens_reevaluated:,} to evaluate again")
         if isinstance(event, ErrorRaised):
             return f"  ! error in {event.where}: {event.message}"
+        if isinstance(event, Paced):
+            return f"  ~ pace ({event.action.replace('_', ' ')}): {event.detail}"
         if isinstance(event, SessionFinished):
             result = event.result
             return f"finished: {result.termination} after {result.turns} turns in {result.elapsed_s:.1f} s"

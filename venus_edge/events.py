@@ -9,17 +9,19 @@ fields clients of the server's SSE, the MCP server and the page read.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from venus_edge.result import Result
     from venus_edge.turn import Turn
 
 __all__ = [
+    "PACE_ACTIONS",
     "ContextCompacted",
     "ErrorRaised",
     "Event",
     "LimitReached",
+    "Paced",
     "SessionFinished",
     "SessionStarted",
     "TextDelta",
@@ -178,6 +180,36 @@ class ContextCompacted(Event):
     tokens_after: int
     tokens_reevaluated: int
     detail: str
+
+
+PaceAction = Literal["threads_lowered", "threads_raised", "paused", "resumed", "battery_stop", "sensor_problem"]
+#: What pacing may do between turns (``venus_edge.pacing``), the values of ``Paced.action``.
+PACE_ACTIONS: tuple[PaceAction, ...] = ("threads_lowered", "threads_raised", "paused", "resumed", "battery_stop",
+                                        "sensor_problem")
+
+
+@dataclass(frozen=True)
+class Paced(Event):
+    """Pacing acted between turns, before turn ``turn`` (``venus_edge.pacing``); the journal holds the same fields
+    as a ``pace`` record.
+
+    ``action`` is one of ``PACE_ACTIONS``: ``threads_lowered`` / ``threads_raised`` (the engine's decode threads
+    changed to ``n_threads``), ``paused`` / ``resumed`` (a cool-down; ``waited_s`` on resuming), ``battery_stop``
+    (the session stops, resumable), ``sensor_problem`` (a sysfs file could not be read: said once, the session goes
+    on). ``detail`` says it in words. ``celsius`` and ``zone`` are the hottest thermal zone's reading,
+    ``battery_pct`` the battery's charge, ``n_threads`` the engine's threads after the action; each None where it
+    does not apply or is unknown.
+    """
+
+    type: ClassVar[str] = "pace"
+    turn: int
+    action: PaceAction
+    detail: str
+    celsius: float | None = None
+    zone: str | None = None
+    battery_pct: int | None = None
+    n_threads: int | None = None
+    waited_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,13 @@ from venus_edge.engines.models import DEFAULT_MODEL, DEFAULT_QUANT
 from venus_edge.errors import missing_file_reason
 from venus_edge.memory.machine import MAX_THREADS, physical_cores
 from venus_edge.memory.plan import KV_TYPES, parse_size
+from venus_edge.pacing import PaceConfig
 from venus_edge.text import valid_text
 
-__all__ = ["DEPRECATED_UNTIL", "OBSERVATION_STYLE_CHOICES", "SETTING_FLAGS", "add_deprecated_alias",
-           "add_draft_argument", "add_memory_arguments", "add_session_arguments", "check_key_text",
-           "check_session_arguments", "count_argument", "draft_argument", "number_argument", "size_argument",
-           "threads_argument", "tool_sequence_argument"]
+__all__ = ["DEPRECATED_UNTIL", "OBSERVATION_STYLE_CHOICES", "PACE_FLAGS", "SETTING_FLAGS", "add_deprecated_alias",
+           "add_draft_argument", "add_memory_arguments", "add_pace_arguments", "add_session_arguments",
+           "check_key_text", "check_session_arguments", "count_argument", "draft_argument", "number_argument",
+           "pace_config", "size_argument", "threads_argument", "tool_sequence_argument"]
 
 #: Each setting an error's advice may name (``VenusEdgeError.message_for``), by its Python name, and the flag that
 #: sets it: the CLI prints the flag, so the fix it names is one the user can type.
@@ -286,3 +287,59 @@ def check_key_text(key: str | None, what: str, parser: argparse.ArgumentParser) 
     which Python reads as lone surrogates): a secret is never repaired, as the repaired one would not match."""
     if key is not None and valid_text(key) != key:
         parser.error(f"{what} holds bytes that are not UTF-8; give the key as text")
+
+
+#: Each ``PaceConfig`` setting the CLI sets, by its Python name, and its flag (``add_pace_arguments``).
+PACE_FLAGS = {"max_temp_c": "--pace-max-temp", "pause_temp_c": "--pace-pause-temp",
+              "resume_temp_c": "--pace-resume-temp", "battery_floor_pct": "--pace-battery-floor",
+              "min_threads": "--pace-min-threads", "root": "--pace-root"}
+
+
+def add_pace_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--pace`` and its settings (``research``): pacing for a device that heats and drains
+    (``venus_edge.pacing``). The settings default to ``PaceConfig``'s and go only with ``--pace``."""
+    defaults = PaceConfig()
+    parser.add_argument("--pace", action="store_true",
+                        help="between turns, read the device's temperatures and battery (/sys): lower the threads "
+                             "when it is hot, pause until it cools, and stop on a low battery, resumable with "
+                             "--resume (off by default; README, Pacing on a hot or draining device)")
+    temperature = number_argument(-273.15, inclusive=True)
+    parser.add_argument(PACE_FLAGS["max_temp_c"], dest="pace_max_temp_c", type=temperature, default=None,
+                        metavar="C", help=f"with --pace, halve the threads at or above C degrees Celsius "
+                                          f"(default {defaults.max_temp_c:g})")
+    parser.add_argument(PACE_FLAGS["pause_temp_c"], dest="pace_pause_temp_c", type=temperature, default=None,
+                        metavar="C", help=f"with --pace, pause at or above C until the device cools to "
+                                          f"--pace-resume-temp (default {defaults.pause_temp_c:g})")
+    parser.add_argument(PACE_FLAGS["resume_temp_c"], dest="pace_resume_temp_c", type=temperature, default=None,
+                        metavar="C", help=f"with --pace, a pause ends at or below C (default "
+                                          f"{defaults.resume_temp_c:g})")
+    parser.add_argument(PACE_FLAGS["battery_floor_pct"], dest="pace_battery_floor_pct", type=count_argument(0),
+                        default=None, metavar="PCT",
+                        help=f"with --pace, stop (resumable) when the battery discharges below PCT percent (default "
+                             f"{defaults.battery_floor_pct})")
+    parser.add_argument(PACE_FLAGS["min_threads"], dest="pace_min_threads", type=threads_argument, default=None,
+                        metavar="N", help=f"with --pace, never lower the threads below N (default "
+                                          f"{defaults.min_threads})")
+    parser.add_argument(PACE_FLAGS["root"], dest="pace_root", type=Path, default=None, metavar="DIR",
+                        help="with --pace, read sys/ under DIR instead of / (a copy of a device's, a test's)")
+
+
+def pace_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> PaceConfig | None:
+    """The ``PaceConfig`` that ``--pace`` and its settings describe, or None without ``--pace``; a setting without
+    ``--pace``, a root that is not a folder, or settings that do not fit together are usage errors naming the
+    flags."""
+    given = {name: value for name in PACE_FLAGS if (value := getattr(args, f"pace_{name}")) is not None}
+    if not args.pace:
+        if given:
+            parser.error(f"{PACE_FLAGS[next(iter(given))]} goes with --pace")
+        return None
+    root = given.get("root")
+    if root is not None and not root.is_dir():
+        parser.error(f"--pace-root {root}: not a directory (give the folder that holds sys/)")
+    try:
+        return PaceConfig(**given)
+    except ValueError as exc:
+        message = str(exc)
+        for name, flag in PACE_FLAGS.items():
+            message = message.replace(name, flag)
+        parser.error(f"--pace: {message}")

@@ -25,6 +25,9 @@ CANCELLED = "cancelled"
 #: Ended by an unexpected exception (an engine's, a bug): the end record holds it as ``error`` and the exception
 #: goes on to the caller (the server answers ``session_finished`` with this termination).
 ERROR = "error"
+#: Stopped by pacing (``venus_edge.pacing``) before a turn, a discharging battery being below its floor. No end record
+#: is written, so the journal resumes the session (it reads back as ``incomplete``).
+BATTERY_LOW = "battery_low"
 #: Not a reason a session gives: a journaled session without an end record (a killed run; resumable).
 INCOMPLETE = "incomplete"
 
@@ -65,6 +68,7 @@ TERMINATIONS: dict[str, Termination] = {t.name: t for t in (
     Termination(LLM_ERROR, "No answer: model error", "no_answer"),
     Termination(CANCELLED, "Cancelled", "no_answer"),
     Termination(ERROR, "Failed", "no_answer"),
+    Termination(BATTERY_LOW, "Stopped: battery low (resumable)", "no_answer"),
     Termination(INCOMPLETE, "Incomplete (never finished)", "no_answer"),
 )}
 

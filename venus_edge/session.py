@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from venus_edge.agent import Agent, AgentConfig
     from venus_edge.engines.base import Engine, TextCompleter
     from venus_edge.memory.plan import KVType
+    from venus_edge.pacing import PaceConfig
     from venus_edge.result import Result
     from venus_edge.tools.observation_styles import ObservationStyle
 
@@ -93,6 +94,8 @@ class SessionSettings:
         observation_style: how the system prompt, the observations and the notices are rendered
             (``tools.observation_styles``): ``inference``, as the authors' inference code (default), or ``rl``, as the
             RL rollouts that ``DR-Venus-4B-RL`` was trained on.
+        pace: pace the session for a device that heats and drains (``venus_edge.pacing.PaceConfig``: lower the
+            threads, pause to cool down, stop on a low battery, resumable); None (default): off.
     """
 
     model: str | None = None
@@ -126,6 +129,7 @@ class SessionSettings:
     python: bool = False
     python_unsandboxed_network: bool = False
     observation_style: ObservationStyle = "inference"  # protocol.DEFAULT_OBSERVATION_STYLE (a test checks)
+    pace: PaceConfig | None = None
 
     def __post_init__(self) -> None:
         from venus_edge.tools.observation_styles import observation_style  # here: `venus-edge --help` loads no protocol
@@ -183,12 +187,14 @@ class Session:
         config: the agent config the settings describe.
         completer: the engine's chat completion (visit's evidence, a judge, answer aggregation); None where the
             engine has none (a training engine).
+        pace: the pacing of every agent of the session (``SessionSettings.pace``), or None.
     """
 
     engines: list[Engine]
     tools: list[Any]
     config: AgentConfig
     completer: TextCompleter | None = None
+    pace: PaceConfig | None = None
 
     @property
     def engine(self) -> Engine:
@@ -222,7 +228,7 @@ class Session:
         from venus_edge.agent import Agent
 
         config = replace(self.config, seed=self.config.seed + index * SAMPLE_SEED_STRIDE) if index else self.config
-        return Agent(engine or self.engine, self.tools, config=config, trajectory_path=trajectory_path)
+        return Agent(engine or self.engine, self.tools, config=config, trajectory_path=trajectory_path, pace=self.pace)
 
     def rollouts(self, question: str, indices: Sequence[int], *,
                  trajectory_path: str | os.PathLike[str] | None = None) -> Iterator[tuple[int, Result]]:
@@ -276,7 +282,7 @@ def open_session(settings: SessionSettings, *, logprobs: bool = False, samples: 
         engines = [loaded.sequence(i) for i in range(samples)] if samples > 1 and settings.engine == "llama" \
             else [loaded]
         completer.engine = engines[0]
-        yield Session(engines, tools, settings.agent_config(logprobs=logprobs), completer)
+        yield Session(engines, tools, settings.agent_config(logprobs=logprobs), completer, pace=settings.pace)
     finally:
         close_tools(tools)
         if loaded is not None:

@@ -206,6 +206,8 @@ class ScriptedEngine:
         piece_chars: stream each turn to ``on_text`` in pieces of this many characters (0: the whole turn at once).
         delay_s: seconds to wait before each piece, as decoding takes time (a live stream, a cancellation).
         pieces_streamed: pieces passed to ``on_text`` so far, over all calls.
+        n_threads: the decode threads it reports (``ThreadControl``; nothing decodes); ``set_threads`` changes them.
+        thread_changes: every count ``set_threads`` was given, in call order.
     """
 
     turns: list[Any] | Callable[[str], Any]
@@ -217,6 +219,8 @@ class ScriptedEngine:
     piece_chars: int = 0
     delay_s: float = 0.0
     pieces_streamed: int = 0
+    n_threads: int = 4
+    thread_changes: list[int] = field(default_factory=list)
     #: Agents on one scripted engine would take each other's turns (``Engine.concurrent_rollouts``).
     concurrent_rollouts = False
 
@@ -255,6 +259,13 @@ class ScriptedEngine:
             self.pieces_streamed += 1
         stats = GenerationStats(len(prompt_ids), len(prompt_ids), 0, len(text) + 1, 0.01, 0.01)
         return Completion(text, self.tokenize(text), finish, cut and cut[1], stats)
+
+    def set_threads(self, n_threads: int) -> None:
+        """Record ``n_threads`` as the threads in use (``ThreadControl``)."""
+        if n_threads < 1:
+            raise ValueError(f"n_threads must be at least 1, got {n_threads}")
+        self.n_threads = n_threads
+        self.thread_changes.append(n_threads)
 
     def model_info(self) -> dict[str, Any]:
         return {"name": "scripted", "n_ctx": self.n_ctx}

@@ -16,6 +16,10 @@ flushed and fsync'ed after each, so a killed process loses at most the turn in f
     {"record": "end", "session_id": ..., "termination": "answered", "answer": ..., "sources": [...],
      "messages": [{"role": ..., "content": ...}, ...], "elapsed_s": ..., "totals": {...}}
 
+A ``pace`` record (``venus_edge.pacing``: threads lowered, a pause, a battery stop, a sensor that could not be read)
+holds the fields of the ``Paced`` event, before the turn it names (``turn``); a session that pacing stopped for its
+battery has no end record and reads back as ``incomplete``, resumable.
+
 ``messages`` in the end record is the exact conversation the model saw (system, question, then assistant turns
 and ``<tool_response>`` user messages), ready for the protocol renderer. A session without an end record (a
 killed run) is read back with ``termination == "incomplete"`` and messages rebuilt from its turn records.
@@ -84,6 +88,7 @@ class Trajectory:
         sources: URLs actually read during the session.
         header: the whole start record (model, config, tools, date).
         compactions: the ``compaction`` records of the session, in order (see the module docstring).
+        paces: the ``pace`` records of the session, in order (what pacing did between turns).
         end: the whole end record (``elapsed_s``, ``totals``, ``turns``, ...), or {} for an incomplete session.
     """
 
@@ -98,6 +103,7 @@ class Trajectory:
     header: dict[str, Any] = field(default_factory=dict)
     compactions: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] = field(default_factory=dict)
+    paces: list[dict[str, Any]] = field(default_factory=list)
 
 
 class TrajectoryWriter:
@@ -134,6 +140,9 @@ class TrajectoryWriter:
 
     def compaction(self, **fields: Any) -> None:
         self._append({"record": "compaction", **fields})
+
+    def pace(self, **fields: Any) -> None:
+        self._append({"record": "pace", **fields})
 
     def end(self, **fields: Any) -> None:
         self._append({"record": "end", **fields})
@@ -227,6 +236,8 @@ STRING: _Check = ("a string", lambda v: isinstance(v, str))
 STRING_OR_NULL: _Check = ("a string or null", _or_null(lambda v: isinstance(v, str)))
 INTEGER: _Check = ("an integer", _is_int)
 NUMBER: _Check = ("a number", _is_number)
+NUMBER_OR_NULL: _Check = ("a number or null", _or_null(_is_number))
+INTEGER_OR_NULL: _Check = ("an integer or null", _or_null(_is_int))
 OBJECT: _Check = ("an object", lambda v: isinstance(v, dict))
 STRINGS: _Check = ("a list of strings", _list_of(lambda v: isinstance(v, str)))
 OBJECTS: _Check = ("a list of objects", _list_of(lambda v: isinstance(v, dict)))
@@ -249,6 +260,9 @@ _SHAPES: dict[str, tuple[dict[str, _Check], dict[str, _Check]]] = {
     "compaction": ({"turn": INTEGER, "messages": MESSAGES}, {
         "policy": STRING, "tokens_before": INTEGER, "tokens_after": INTEGER, "tokens_reevaluated": INTEGER,
         "detail": STRING_OR_NULL, "attempts": INTEGER, "summary": STRING_OR_NULL, "call_keys": STRINGS}),
+    "pace": ({"turn": INTEGER, "action": STRING}, {
+        "detail": STRING, "celsius": NUMBER_OR_NULL, "zone": STRING_OR_NULL, "battery_pct": INTEGER_OR_NULL,
+        "n_threads": INTEGER_OR_NULL, "waited_s": NUMBER_OR_NULL}),
     "end": ({"termination": STRING, "messages": MESSAGES}, {
         "answer": STRING_OR_NULL, "sources": STRINGS, "unvisited_citations": STRINGS, "elapsed_s": NUMBER,
         "totals": OBJECT, "turns": INTEGER, "error": STRING}),
@@ -350,6 +364,7 @@ class _Parts:
     turns: list[Turn] = field(default_factory=list)
     turn_lines: dict[int, int] = field(default_factory=dict)  # turn index -> its line
     compactions: list[dict[str, Any]] = field(default_factory=list)
+    paces: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
     end_line: int = 0
 
@@ -380,6 +395,8 @@ class _Parts:
             if record["turn"] != last:
                 return f"a compaction after turn {record['turn']}, but the session's last turn is {last}"
             self.compactions.append(record)
+        elif kind == "pace":
+            self.paces.append(record)
         else:
             self.end, self.end_line = record, line
         return None
@@ -432,6 +449,7 @@ def _assemble(session_id: str, parts: _Parts) -> Trajectory:
         header=start,
         compactions=compactions,
         end=end or {},
+        paces=parts.paces,
     )
 
 

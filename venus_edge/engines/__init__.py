@@ -1,7 +1,8 @@
 """The engines: everything that turns token ids into text, behind one ``Engine`` protocol.
 
 - ``base``: the ``Engine`` protocol, ``SamplingParams``, ``Completion``, ``GenerationStats``, ``StopStream``,
-  ``stream_generation``, the room check and the ``TextCompleter`` ability; loads no backend.
+  ``stream_generation``, the room check and the abilities ``TextCompleter`` and ``ThreadControl``; loads no
+  backend.
 - ``llama_cpp``: ``LlamaCppEngine``, llama.cpp in-process; ``batched``: ``BatchedLlamaCppEngine``, several
   sequences on one context; ``openai``: ``OpenAIEngine``, an OpenAI-compatible server.
 - ``prompt_cache`` (the system prompt's KV state on disk), ``vocab`` (exact text of llama.cpp tokens) and
@@ -17,7 +18,7 @@ from venus_edge.lazy import LazyExports as _LazyExports
 
 _MODULE_EXPORTS = {
     "base": ("Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter",
-             "stream_generation"),
+             "ThreadControl", "stream_generation"),
     "batched": ("BatchedLlamaCppEngine", "SequenceEngine"),
     "decode": ("KVContext", "decode_loop", "sampler_chain"),
     "llama_cpp": ("LlamaCppEngine",),

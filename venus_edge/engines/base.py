@@ -1,6 +1,6 @@
 """What every engine shares, without loading any of them: the ``Engine`` protocol, ``SamplingParams``,
 ``Completion`` and ``GenerationStats``, the stop-string stream (``StopStream``), ``stream_generation``, the room
-check (``room_left``) and the ``TextCompleter`` ability.
+check (``room_left``) and the abilities ``TextCompleter`` and ``ThreadControl``.
 
 This module imports neither llama.cpp nor torch, so code that only speaks to an engine (the agent loop, the
 scripted test engine, the transformers engine of ``train/``) loads no backend. The engines themselves live
@@ -25,7 +25,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from venus_edge.errors import ContextOverflowError, GenerationCancelled
 
 __all__ = [
-    "Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter", "stream_generation",
+    "Completion", "Engine", "GenerationStats", "SamplingParams", "StopStream", "TextCompleter", "ThreadControl",
+    "stream_generation",
 ]
 
 
@@ -263,6 +264,22 @@ class TextCompleter(Protocol):
     """
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str: ...
+
+
+@runtime_checkable
+class ThreadControl(Protocol):
+    """An engine's ability to change its CPU decode threads between calls (pacing a hot device,
+    ``venus_edge.pacing``).
+
+    Satisfied by ``LlamaCppEngine`` (``llama_set_n_threads`` on its contexts) and the scripted test engine; not by a
+    model server (its threads are the server's) nor by the sequences of a batched engine (one context serves them
+    all). ``n_threads`` is the count in use now.
+    """
+
+    @property
+    def n_threads(self) -> int: ...
+
+    def set_threads(self, n_threads: int) -> None: ...
 
 
 @dataclass

@@ -300,6 +300,30 @@ class LlamaCppEngine:
             "memory_plan": self.memory_plan.to_dict(),
         }
 
+    def set_threads(self, n_threads: int) -> None:
+        """Decode and prefill with ``n_threads`` CPU threads from the next call on (``ThreadControl``; pacing lowers
+        them on a hot device): ``llama_set_n_threads`` on the agent's context and visit's helper context (and on
+        the helper made later). Runs on the decode thread, so never during a decode. A draft model's context keeps
+        its threads.
+
+        Raises:
+            ValueError: ``n_threads`` below 1 or above llama.cpp's limit (``MAX_THREADS``).
+            EngineStateError: the engine is closed.
+        """
+        check_threads(n_threads)
+        self._check_open()
+
+        def apply() -> None:
+            params = self._llm.context_params  # a helper made later copies these (``_HelperContext``)
+            params.n_threads = params.n_threads_batch = n_threads
+            self._llm.n_threads = self._llm.n_threads_batch = n_threads
+            contexts = [self._llm] + ([self._helper.llm] if self._helper is not None else [])
+            for llm in contexts:
+                llama_cpp.llama_set_n_threads(llm._ctx.ctx, n_threads, n_threads)
+
+        self._on_decode_thread(apply)
+        self.n_threads = n_threads
+
     def close(self) -> None:
         """Stop any decode in flight, free the contexts and the model. Further calls raise ``EngineStateError``."""
         if getattr(self, "_released", True):

@@ -17,7 +17,7 @@ Where the facts come from:
   on a big.LITTLE device the slowest cluster is the efficiency cores and llama.cpp's threads go to the others (a
   thread on a little core holds every other thread at each step, ``threads_that_fit``).
 - RAM: ``MemTotal`` and ``MemAvailable`` in /proc/meminfo. Thermal: /sys/class/thermal/thermal_zone*/``temp``
-  (millidegrees Celsius) and ``type``.
+  (millidegrees Celsius) and ``type``, read by ``venus_edge.memory.sensors`` (as pacing reads them).
 - the recommendation: the finest quant type, of those the CPU's llama.cpp kernels favour (an ARM build repacks
   Q4_0 and Q8_0 for its dot-product and i8mm kernels; x86 runs the K-quants), whose plan (``plan_memory`` against
   the RAM available now) keeps a window of ``min(the model's cap, Q4_0_BELOW_N_CTX)`` tokens; else the longest
@@ -42,7 +42,8 @@ from venus_edge.memory.plan import (
     plan_memory,
 )
 from venus_edge.memory.presets import header_at_quant
-from venus_edge.memory.sysfs import CoreGroup, UnknownFact, core_groups, read_fact, read_int_fact
+from venus_edge.memory.sensors import read_thermal_zones
+from venus_edge.memory.sysfs import CoreGroup, UnknownFact, core_groups, read_fact
 
 __all__ = ["CPU_FEATURES", "DoctorReport", "Recommendation", "diagnose", "llama_backends",
            "recommend_settings"]
@@ -243,26 +244,8 @@ def _meminfo(root: Path, unknown: list[str]) -> tuple[int | None, int | None]:
 
 
 def _thermal(root: Path, unknown: list[str]) -> dict[str, float]:
-    """Thermal zone name -> degrees Celsius, from /sys/class/thermal."""
-    base = root / "sys" / "class" / "thermal"
-    try:
-        zones = sorted(entry for entry in base.iterdir() if entry.name.startswith("thermal_zone"))
-    except OSError:
-        unknown.append(f"temperatures: no thermal zones ({base} is missing)")
-        return {}
-    if not zones:
-        unknown.append(f"temperatures: no thermal_zone* folders in {base}")
-    found: dict[str, float] = {}
-    for zone in zones:
-        try:
-            name = read_fact(zone / "type").strip() or zone.name
-        except UnknownFact:
-            name = zone.name
-        try:
-            found[name if name not in found else f"{name} ({zone.name})"] = read_int_fact(zone / "temp") / 1000
-        except UnknownFact as exc:
-            unknown.append(f"temperature of {name}: {exc}")
-    return found
+    """Thermal zone name -> degrees Celsius (``sensors.read_thermal_zones``)."""
+    return {zone.name: zone.celsius for zone in read_thermal_zones(root, unknown)}
 
 
 def llama_backends(info: str) -> tuple[str, ...]:
