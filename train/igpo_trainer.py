@@ -31,7 +31,8 @@ process); the batch sums behind ``scaled_separate`` and the token count of the t
 loss is scaled so that DDP's gradient average is the one-process gradient (``_update``); the main process gathers
 every process's metrics and rollouts and alone writes them. Every process reaches the same collectives in every
 step whatever its rollouts did (``run_rollout`` scores a failed rollout instead of raising; a process without
-rollouts runs weightless passes). FSDP and ZeRO-3 are refused on several processes: a sharded policy's every
+rollouts runs weightless passes). A rollout server is one for all processes (``SharedRolloutServer``: the main process
+syncs it). FSDP and ZeRO-3 are refused on several processes: a sharded policy's every
 forward is a collective, and rollouts and scoring differ in length per process.
 
 Progress (reward, accuracy, IG, KL, clip fraction, tokens/s) is shown live and appended to ``OUT/log.jsonl``;
@@ -60,8 +61,7 @@ from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume
 from venus_edge.train.config import ConfigFile, check_run_settings, require
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
 from venus_edge.train.igpo_rollout import RecordingEngine, Rollout, run_rollout
-from venus_edge.train.rollout_servers import SERVER_KINDS
-from venus_edge.train.rollout_servers import RolloutServer as _RolloutServer
+from venus_edge.train.rollout_servers import SERVER_KINDS, SharedRolloutServer
 
 __all__ = ["IGPOConfig", "IGPOResult", "train_igpo"]
 
@@ -344,7 +344,8 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
 
     policy = accelerator.unwrap_model(model)
     local_engine = TransformersEngine(policy, tokenizer, n_ctx=config.n_ctx) if not config.rollout_server else None
-    server = _RolloutServer(config, output_dir / "rollout-policy") if config.rollout_server else None
+    server = SharedRolloutServer(config, output_dir / "rollout-policy", accelerator) if config.rollout_server \
+        else None
     tools = _ToolsPerThread(config)
     pool = ThreadPoolExecutor(config.rollout_concurrency) if server is not None and config.rollout_concurrency > 1 \
         else None

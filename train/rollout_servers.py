@@ -27,6 +27,10 @@ the server load it by the engine's own mechanism:
 - **llama-server**: restarted on a fresh GGUF export (``venus_edge.quantize.convert_checkpoint``, training dtype);
 - **a URL**: ``sync_command`` with ``{model_dir}`` replaced by the folder.
 
+Under ``accelerate launch`` with several processes one server serves them all (``SharedRolloutServer``): the main
+process alone writes the policy and syncs or restarts the server, then tells every process where it is; a second
+writer of ``folder/hf`` or a second server per process would race on the same files and the same GPU.
+
 A sync that fails raises ``RolloutServerError`` naming the server, the call and its answer; the step's rollouts
 have not started, so the checkpoints already written are whole and a rerun resumes from the newest.
 
@@ -61,7 +65,7 @@ import httpx
 
 from venus_edge.train.errors import RolloutServerError
 
-__all__ = ["SERVER_KINDS", "RolloutServer", "save_policy"]
+__all__ = ["SERVER_KINDS", "RolloutServer", "SharedRolloutServer", "save_policy"]
 
 #: The engines ``rollout_server`` may name (beside an http(s) URL).
 SERVER_KINDS = ("llama-server", "vllm", "sglang")
@@ -299,3 +303,65 @@ class RolloutServer:
             return response.json()
         except ValueError:
             return None
+
+
+class SharedRolloutServer:
+    """One rollout server for every process of a run: the main process owns the ``RolloutServer`` (writes the
+    policy, syncs or restarts the server); the others sample on the same server through an ``OpenAIEngine`` of
+    their own. With one process it is the ``RolloutServer`` itself.
+
+    Args:
+        config: the run's ``IGPOConfig``.
+        folder: as ``RolloutServer``'s.
+        accelerator: the run's ``accelerate.Accelerator`` (``num_processes``, ``is_main_process``).
+
+    Raises (``serve``, on every process, so none waits for a step the others left):
+        RolloutServerError: the main process could not serve the policy; the other processes' message names it.
+    """
+
+    def __init__(self, config: Any, folder: Path, accelerator: Any) -> None:
+        self.accelerator = accelerator
+        self.server = RolloutServer(config, folder) if accelerator.is_main_process else None
+        self.engine: Any = None  # the other processes' engine on the main process's server
+
+    def serve(self, policy: Any, tokenizer: Any) -> Any:
+        """Have the server serve ``policy`` (a collective: every process calls it each step); returns this process's
+        ``OpenAIEngine`` on it."""
+        if self.accelerator.num_processes == 1:
+            assert self.server is not None
+            return self.server.serve(policy, tokenizer)
+        from accelerate.utils import broadcast_object_list
+
+        from venus_edge.engines.openai import OpenAIEngine
+
+        served: Any = None
+        message: list[Any] = [None]
+        if self.server is not None:
+            try:
+                served = self.server.serve(policy, tokenizer)
+                message = [("served", served.base_url, served.exact_token_ids, served.n_ctx)]
+            except RolloutServerError as exc:
+                message = [("failed", str(exc))]
+                failure = exc
+        broadcast_object_list(message)
+        status = message[0]
+        if status[0] == "failed":
+            if self.server is not None:
+                raise failure
+            raise RolloutServerError(f"the main process could not serve the policy: {status[1]}")
+        if self.server is not None:
+            return served
+        _, url, exact_token_ids, n_ctx = status
+        if self.engine is None or self.engine.base_url != url:  # a restarted llama-server listens on a new port
+            if self.engine is not None:
+                self.engine.close()
+            self.engine = OpenAIEngine(url, n_ctx=n_ctx, exact_token_ids=exact_token_ids)
+        return self.engine
+
+    def close(self) -> None:
+        """Close this process's engine, and on the main process the server."""
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        if self.server is not None:
+            self.server.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -334,3 +335,43 @@ def _serve_as_vllm(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _serve_as_vllm(sys.argv[1:])
+
+
+def test_two_processes_share_one_server_that_the_main_process_syncs(toy, igpo_config, tmp_path):
+    """``accelerate launch`` on 2 CPU processes with an SGLang server: one weight update per step (from the main
+    process, not one per process, which would also have two writers of the policy folder), and both processes'
+    groups sampled on it."""
+    from test_distributed import run as launch
+
+    run = tmp_path / "run"
+    server = StubEngineServer("sglang", toy / "base")
+    try:
+        config = igpo_config(toy, run, rollout_server="sglang", rollout_server_url=server.url, rollout_concurrency=2)
+        launch(2, "-m", "venus_edge.train.igpo_trainer", "--quiet", str(config))
+    finally:
+        server.close()
+    policy = (run / "rollout-policy" / "hf").resolve()
+    assert server.updates == [("/update_weights_from_disk", {"model_path": str(policy)})] * 2
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [1, 2] and all(r["groups"] == 2 and r["failures"] == 0 for r in rows), rows
+    assert len((run / "rollouts.jsonl").read_text().splitlines()) == 2 * 2 * 2  # steps x questions x group
+
+
+def test_a_failed_sync_on_two_processes_stops_both_with_the_reason(toy, igpo_config, tmp_path):
+    """The main process's failed weight update reaches the other process as an error (no rank waits for a step
+    the other left): the launch fails promptly, each rank's reason named."""
+    from test_distributed import _command, _environment
+
+    run = tmp_path / "run"
+    server = StubEngineServer("sglang", toy / "base", fail_update=1)
+    try:
+        config = igpo_config(toy, run, rollout_server="sglang", rollout_server_url=server.url)
+        done = subprocess.run(_command(2, ["-m", "venus_edge.train.igpo_trainer", "--quiet", str(config)]),
+                              capture_output=True, text=True, timeout=600, env=_environment())
+    finally:
+        server.close()
+    assert done.returncode != 0
+    assert "Failed to get weights iterator" in done.stderr, done.stderr[-3000:]
+    assert "the main process could not serve the policy" in done.stderr, done.stderr[-3000:]
+    assert server.updates == [("/update_weights_from_disk", {"model_path": str((run / "rollout-policy" / "hf")
+                                                                                .resolve())})]
