@@ -42,7 +42,7 @@ _MODULE_EXPORTS = {
     "igpo_scoring": ("PseudoAnswer", "cache_keyword", "pseudo_answer", "score_boundaries", "score_boundaries_directly"),
     "igpo_trainer": ("IGPOConfig", "IGPOResult", "train_igpo"),
     "resampling": ("DEFAULT_MULTIPLIERS", "DEFAULT_THRESHOLDS", "ResampleReport", "resample"),
-    "rollout_servers": ("SERVER_KINDS", "RolloutServer", "save_policy"),
+    "rollout_servers": ("SERVER_KINDS", "RolloutServer", "SharedRolloutServer", "save_policy"),
     "sft": ("LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_grouped_batches", "train_sft",
             "trained_added_tokens"),
     "tinymodel": ("COPY_PHASES", "copy_window", "pretrain_copying", "write_tiny_model"),
