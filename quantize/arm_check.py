@@ -22,6 +22,7 @@ qemu's decode speed (`GreedyRun.decode_tokens_per_s`) is an emulator's, not a ph
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -104,12 +105,14 @@ class GreedyComparison:
         return None if self.first_difference is None else self.kl[self.first_difference]
 
 
-def arm_greedy_tool_path(version: str = "0.3.36") -> Path:
-    """The cross-built ``llama-greedy`` for llama-cpp-python ``version`` (``$VENUS_EDGE_CACHE/arm-<version>``).
+def arm_greedy_tool_path(version: str | None = None) -> Path:
+    """The cross-built ``llama-greedy`` for llama-cpp-python ``version`` (default: the installed one), built from
+    that version's source package into ``$VENUS_EDGE_CACHE/arm-<version>``.
 
     Raises:
         ArmToolMissingError: the binary, qemu-aarch64 or the arm64 sysroot is missing.
     """
+    version = version or importlib.metadata.version("llama-cpp-python")
     cache = Path(os.environ.get("VENUS_EDGE_CACHE", Path.home() / ".cache" / "venus-edge"))
     tool = cache / f"arm-{version}" / ARM_GREEDY_TOOL
     fix = "run bash scripts/setup.sh as root (or scripts/build_llama_arm.sh after apt-get install " \
