@@ -7,7 +7,7 @@
 # The target is armv8.6-a (NEON, dotprod, i8mm: a recent phone core), so llama.cpp repacks Q4_0, Q8_0 and Q4_K
 # at load into its i8mm layouts. No SVE: ggml takes its SVE Q4_0 kernel only on 256-bit vectors, and phone cores
 # with SVE2 have 128-bit ones, so a phone runs the NEON+i8mm kernels built here.
-# Built once (about 5 minutes on 2 idle cores, 20 on busy ones) and reused: silent when the binary runs and was
+# Built once (measured: 4.6 minutes on 2 cores, 28 at the lowest priority on a busy machine) and reused: silent when the binary runs and was
 # linked from the current llama_greedy.cpp; only relinked (seconds) when that file changed. Nothing is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +56,7 @@ if [ -z "$CMAKE" ]; then  # the wheel build got its cmake from PyPI; so do we
   .venv/bin/python -m pip install -q cmake && CMAKE=.venv/bin/cmake
 fi
 
-echo "cross-building llama.cpp for aarch64 ($ARM_ARCH) from llama-cpp-python $LLAMA_CPP_VERSION (5-20 minutes, once)..."
+echo "cross-building llama.cpp for aarch64 ($ARM_ARCH) from llama-cpp-python $LLAMA_CPP_VERSION (5-30 minutes, once)..."
 started=$(date +%s)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
