@@ -13,12 +13,16 @@ from venus_edge.lazy import LazyExports as _LazyExports
 # Lazy exports (PEP 562): `venus_edge.quantize.cli` registers its commands without importing gguf. Every name a
 # module lists in its `__all__` is exported (tests/test_imports.py checks it).
 _MODULE_EXPORTS = {
+    "arm_check": (
+        "ARM_CHECK_TEXT", "ARM_GREEDY_TOOL", "ARM_SYSROOT", "GreedyComparison", "GreedyRun",
+        "arm_check_prompt", "arm_greedy_tool_path", "compare_greedy", "greedy_arm", "greedy_x86",
+    ),
     "convert": ("ARCHITECTURES", "OUT_TYPES", "STREAM_CHUNK_BYTES", "ArchitectureSpec", "convert_checkpoint",
                 "resolve_checkpoint"),
     "errors": (
-        "CheckpointNotFoundError", "ConversionError", "DiskFullError", "GGUFReadError", "MissingTensorError",
-        "OutputNotWritableError", "QuantizationError", "QuantizeError", "QuantizedSourceError", "TensorShapeError",
-        "TokenizerFilesMissingError", "UnsupportedArchitectureError",
+        "ArmToolMissingError", "CheckpointNotFoundError", "ConversionError", "DiskFullError", "GGUFReadError",
+        "MissingTensorError", "OutputNotWritableError", "QuantizationError", "QuantizeError", "QuantizedSourceError",
+        "TensorShapeError", "TokenizerFilesMissingError", "UnsupportedArchitectureError",
     ),
     "evaluate": (
         "AGENTIC_PROMPTS", "CALIBRATION_TEXT", "PARITY_TEXTS", "AgenticReport", "HFParityReport", "QuantComparison",

@@ -12,7 +12,8 @@ QuantizeError
 │   └── DiskFullError
 ├── GGUFReadError                   a GGUF file that is missing, truncated or corrupt
 ├── QuantizedSourceError            a quantized GGUF given where the full-precision master belongs
-└── QuantizationError               llama.cpp's quantizer failed or the type is unknown
+├── QuantizationError               llama.cpp's quantizer failed or the type is unknown
+└── ArmToolMissingError             the ARM check's aarch64 build, qemu or sysroot is missing (a FileNotFoundError)
 ```
 
 Each message says what failed, the value seen, the value expected, and what to do.
@@ -26,6 +27,7 @@ from pathlib import Path
 from venus_edge.errors import VenusEdgeError
 
 __all__ = [
+    "ArmToolMissingError",
     "CheckpointNotFoundError",
     "ConversionError",
     "DiskFullError",
@@ -162,3 +164,12 @@ class QuantizedSourceError(QuantizeError):
                    "venus-edge quantize CHECKPOINT_FOLDER_OR_REPO --out DIR")
         super().__init__(f"{source} is already quantized ({file_type}); quantizing it again would lose quality "
                          f"twice, so nothing was written; {instead}")
+
+
+class ArmToolMissingError(QuantizeError, FileNotFoundError):
+    """The ARM check cannot run here: the cross-built ``llama-greedy``, ``qemu-aarch64`` or the arm64 sysroot is
+    missing (`venus_edge.quantize.arm_check`); the message names what and how to install it."""
+
+    def __init__(self, missing: str, fix: str) -> None:
+        self.missing = missing
+        super().__init__(f"{missing} is missing; {fix}")

@@ -20,9 +20,17 @@ LOG=.venv/setup.log
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 fingerprint() { cat pyproject.toml scripts/setup.sh scripts/build_llama_tools.sh | sha256sum | cut -d' ' -f1; }
+# The ARM check (tests/quantize/test_arm.py) needs Debian's aarch64 cross compiler and qemu-user.
+ARM_PACKAGES="gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user"
+arm_toolchain() { command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null; }
+build_arm() {  # silent when cached, like the tools; a failure only costs the ARM check
+  bash scripts/build_llama_arm.sh || echo "warning: the aarch64 build of llama.cpp failed; the ARM check will be skipped" >&2
+}
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(fingerprint)" ] \
     && .venv/bin/python -c 'import llama_cpp, venus_edge' >/dev/null 2>&1; then
-  exec bash scripts/build_llama_tools.sh  # silent when its binaries run
+  bash scripts/build_llama_tools.sh  # silent when its binaries run
+  if arm_toolchain; then build_arm; fi
+  exit 0
 fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
@@ -79,6 +87,16 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
     || echo "warning: could not install chromium; the research page's browser test will be skipped" >&2
 elif ! command -v chromium >/dev/null; then
   echo "note: no chromium (install it as root: apt-get install chromium); the research page's browser test will be skipped" >&2
+fi
+# The ARM check: llama.cpp cross-built for aarch64 and run under qemu-user (packages need root; skipped elsewhere).
+if ! arm_toolchain && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get install -y -q $ARM_PACKAGES >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q $ARM_PACKAGES >/dev/null; }) \
+    || echo "warning: could not install $ARM_PACKAGES; the ARM check will be skipped" >&2
+fi
+if arm_toolchain; then
+  build_arm
+else
+  echo "note: no aarch64 cross compiler or qemu-user (as root: apt-get install $ARM_PACKAGES); the ARM check will be skipped" >&2
 fi
 fingerprint >"$STAMP"
 echo "venus-edge is set up in .venv"

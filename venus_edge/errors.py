@@ -49,7 +49,8 @@ nothing from the package, so every part may import it.
     │   │   └── DiskFullError
     │   ├── GGUFReadError           a GGUF file that is missing, truncated or corrupt
     │   ├── QuantizationError       llama.cpp's quantizer failed or the type is unknown
-    │   └── QuantizedSourceError    a source GGUF that is already quantized (the phone profile names the master)
+    │   ├── QuantizedSourceError    a source GGUF that is already quantized (the phone profile names the master)
+    │   └── ArmToolMissingError     no aarch64 llama.cpp build or qemu for the ARM check (also a FileNotFoundError)
     └── TrainError              training (``venus_edge.train.errors``)
         ├── ConfigError             a run config that breaks a rule (also a ValueError)
         ├── Dropped                 a cleaning rule drops a whole sample
