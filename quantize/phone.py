@@ -7,7 +7,8 @@ and prints what each file needs on the memory planner's phone presets (``phone_m
 
 Why Q4_0 and Q8_0: llama.cpp removed its ARM-specific quant types (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8); an ARM build
 with the dot-product / i8mm features repacks plain Q4_0 (and Q8_0) at load time into those layouts instead, so
-these two are the types that run fastest there (the k-quants are not repacked on ARM).
+these two run fast on every such build since that change. Recent builds (ggml-cpu/repack.cpp in the llama.cpp this
+package vendors) also repack Q4_K, Q5_K and Q6_K on ARM, but the apps and older builds a phone GGUF meets may not.
 
 Why the master is kept: a quantized file quantizes badly again (the second rounding starts from the first one's
 errors; llama.cpp's quantizer refuses it without ``--allow-requantize``), so every later type must come from the

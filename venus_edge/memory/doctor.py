@@ -55,8 +55,9 @@ CPU_FEATURES: dict[str, dict[str, str]] = {
     "arm": {"NEON": "asimd", "FP16_VA": "asimdhp", "DOTPROD": "asimddp", "MATMUL_INT8": "i8mm", "SVE": "sve",
             "SME": "sme"},
 }
-#: The quant types to choose from, finest first: an ARM build repacks Q4_0 and Q8_0 at load for its dot-product
-#: and i8mm kernels (ggml-cpu/repack.cpp); x86 builds run the K-quants (and repack Q4_K with AVX2).
+#: The quant types to choose from, finest first: every ARM build since the ARM-specific types went repacks Q4_0
+#: and Q8_0 at load for its dot-product and i8mm kernels (ggml-cpu/repack.cpp; recent ones also the K-quants); x86
+#: builds run the K-quants (and repack Q4_K with AVX2).
 RECOMMENDED_QUANTS: dict[str, tuple[str, ...]] = {"arm": ("Q8_0", "Q4_0"), "x86": ("Q8_0", "Q6_K", "Q4_K_M")}
 
 
