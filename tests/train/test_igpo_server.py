@@ -19,7 +19,8 @@ from venus_edge.engines.base import SamplingParams  # noqa: E402
 from venus_edge.testing import LlamaServer  # noqa: E402
 from venus_edge.toolbox import close_tools, default_tools  # noqa: E402
 from venus_edge.train.igpo_rollout import RecordingEngine, run_rollout  # noqa: E402
-from venus_edge.train.igpo_trainer import IGPOConfig, _RolloutServer, _sequence_logprobs  # noqa: E402
+from venus_edge.train.igpo_trainer import IGPOConfig, _sequence_logprobs  # noqa: E402
+from venus_edge.train.rollout_servers import RolloutServer  # noqa: E402
 
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, presence_penalty=0.0, max_tokens=24, logprobs=True)
 
@@ -66,7 +67,7 @@ def test_a_managed_llama_server_samples_with_the_policys_log_probs_and_follows_i
     model = transformers.AutoModelForCausalLM.from_pretrained(toy / "base", dtype=torch.float32).eval()
     config = IGPOConfig.from_dict({"model": "m", "questions": ["q"], "corpus": ["c"], "output_dir": "o",
                                    "rollout_server": "llama-server", "rollout_concurrency": 2, "n_ctx": 2048})
-    server = _RolloutServer(config, tmp_path / "server")
+    server = RolloutServer(config, tmp_path / "server")
     try:
         engine = server.serve(model, tokenizer)
         assert engine.n_ctx == 2048  # each of the server's slots holds one rollout's window
