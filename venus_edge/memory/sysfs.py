@@ -98,15 +98,20 @@ def core_groups(root: Path, unknown: list[str]) -> tuple[CoreGroup, ...]:
     Returns:
         The groups; empty when no CPU folder can be listed.
     """
+    return _clusters(root, unknown)[0]
+
+
+def _clusters(root: Path, unknown: list[str]) -> tuple[tuple[CoreGroup, ...], dict[int, str]]:
+    """``core_groups``, and each CPU's physical core (its ``thread_siblings_list``, else its own number)."""
     base = root / "sys" / "devices" / "system" / "cpu"
     try:
         numbers = sorted(int(entry.name[3:]) for entry in base.iterdir() if re.fullmatch(r"cpu\d+", entry.name))
     except OSError as exc:
         unknown.append(f"cores: {base} cannot be listed ({exc.strerror or exc})")
-        return ()
+        return (), {}
     if not numbers:
         unknown.append(f"cores: no cpu0, cpu1 ... folders in {base}")
-        return ()
+        return (), {}
     speeds: dict[int, tuple[int | None, int | None]] = {}
     core_of: dict[int, str] = {}
     freq_missing: list[str] = []
@@ -142,7 +147,7 @@ def core_groups(root: Path, unknown: list[str]) -> tuple[CoreGroup, ...]:
     unsorted = tuple(cpu for cpu in numbers if levels and speeds[cpu] == (None, None))
     if unsorted:
         groups.append(CoreGroup("performance", unsorted, len({core_of[cpu] for cpu in unsorted})))
-    return tuple(groups)
+    return tuple(groups), core_of
 
 
 def _clearly_slower(slow: tuple[int | None, int | None], fast: tuple[int | None, int | None]) -> bool:
@@ -159,13 +164,6 @@ def performance_cores(root: Path = Path("/"), allowed: set[int] | None = None) -
     """Physical cores of the performance clusters (``core_groups``) among the logical CPUs in ``allowed`` (all when
     None), SMT siblings counted once; None when /sys/devices/system/cpu cannot be read or no allowed CPU is a
     performance CPU."""
-    base = root / "sys" / "devices" / "system" / "cpu"
-    siblings: set[str] = set()
-    for group in core_groups(root, []):
-        for cpu in group.cpus:
-            if group.kind == "performance" and (allowed is None or cpu in allowed):
-                try:
-                    siblings.add(read_fact(base / f"cpu{cpu}" / "topology" / "thread_siblings_list").strip())
-                except UnknownFact:
-                    siblings.add(f"cpu{cpu}")
-    return len(siblings) or None
+    groups, core_of = _clusters(root, [])
+    return len({core_of[cpu] for group in groups if group.kind == "performance" for cpu in group.cpus
+                if allowed is None or cpu in allowed}) or None
