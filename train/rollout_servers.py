@@ -53,10 +53,8 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -210,9 +208,9 @@ class RolloutServer:
     def _start(self, checkpoint: Path) -> None:
         """Start vLLM's or SGLang's OpenAI-compatible server on ``checkpoint``, on a free port of 127.0.0.1, and
         wait for its ``/health``."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        from venus_edge.testing import free_port, wait_for_health
+
+        port = free_port()
         command = self._start_command(checkpoint, port)
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # vLLM's reload and cache routes (sleep_mode.md)
         log_path = self.folder / "server.log"
@@ -223,22 +221,15 @@ class RolloutServer:
                 raise RolloutServerError(f"cannot start the rollout {self.kind} server: {exc}; install it "
                                          f"(pip install {self.kind}) or set rollout_server_url") from exc
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                self.process = None
-                raise RolloutServerError(f"the rollout {self.kind} server exited: {' '.join(command)}\n{tail}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2, trust_env=False).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RolloutServerError(f"the rollout {self.kind} server did not answer {url}/health within "
-                                         f"{START_TIMEOUT_S:.0f} s; its log: {log_path}")
-            time.sleep(0.5)
+        state = wait_for_health(self.process, url, START_TIMEOUT_S, poll_s=0.5, request_timeout_s=2)
+        if state == "exited":
+            tail = log_path.read_text(errors="replace")[-2000:]
+            self.process = None
+            raise RolloutServerError(f"the rollout {self.kind} server exited: {' '.join(command)}\n{tail}")
+        if state == "timeout":
+            self.close()
+            raise RolloutServerError(f"the rollout {self.kind} server did not answer {url}/health within "
+                                     f"{START_TIMEOUT_S:.0f} s; its log: {log_path}")
         self._url = url
 
     def _start_command(self, checkpoint: Path, port: int) -> list[str]:

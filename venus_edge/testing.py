@@ -67,6 +67,33 @@ def llama_tool_path(name: str) -> Path:
     return path
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago (bound, read, released) for a server about to start."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_health(process: subprocess.Popen[Any], url: str, timeout_s: float, *, poll_s: float,
+                    request_timeout_s: float) -> str:
+    """Poll ``url``/health until the server answers 200 (``"up"``), ``process`` exits (``"exited"``) or
+    ``timeout_s`` seconds pass (``"timeout"``); the caller says what each means for its server."""
+    import httpx  # the runtime's HTTP client; imported here so that the helpers above stay light
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            return "exited"
+        try:
+            if httpx.get(f"{url}/health", timeout=request_timeout_s, trust_env=False).status_code == 200:
+                return "up"
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            return "timeout"
+        time.sleep(poll_s)
+
+
 class LlamaServer:
     """llama.cpp's own ``llama-server`` (built by scripts/build_llama_tools.sh) as a process on 127.0.0.1, for
     tests of ``OpenAIEngine`` against a real server and IGPO's managed rollout server. ``url`` is its address;
@@ -86,28 +113,17 @@ class LlamaServer:
 
     def __init__(self, model: Path, *, slots: int = 2, n_ctx: int = 8192, start_timeout_s: float = 120.0,
                  n_threads: int = 2, extra_args: Sequence[str] = ()) -> None:
-        import httpx  # the runtime's HTTP client; imported here so that the helpers above stay light
-
-        with socket.socket() as probe:  # a free port
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [str(llama_tool_path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port",
                    str(self.port), "-c", str(n_ctx), "-np", str(slots), "-t", str(n_threads), "--no-webui", *extra_args]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited: {self.process.communicate()[1].decode()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"llama-server did not answer /health within {start_timeout_s} s")
-            time.sleep(0.2)
+        state = wait_for_health(self.process, self.url, start_timeout_s, poll_s=0.2, request_timeout_s=1)
+        if state == "exited":
+            raise RuntimeError(f"llama-server exited: {self.process.communicate()[1].decode()[-2000:]}")
+        if state == "timeout":
+            self.stop()
+            raise RuntimeError(f"llama-server did not answer /health within {start_timeout_s} s")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -129,9 +145,7 @@ class UvicornThread:
 
         import uvicorn
 
-        with socket.socket() as probe:  # a free port
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                                     lifespan="off", **uvicorn_options))
