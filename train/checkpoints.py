@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ProgressBar", "adamw", "fingerprint", "list_checkpoints", "resume", "save_checkpoint", "save_final",
-           "weight_decay_groups"]
+__all__ = ["ProgressBar", "adamw", "end_processes", "fingerprint", "list_checkpoints", "resume", "save_checkpoint",
+           "save_final", "weight_decay_groups"]
 
 
 def weight_decay_groups(parameters: Iterable[Any], weight_decay: float) -> list[dict[str, Any]]:
@@ -130,6 +130,27 @@ def save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) -
         tokenizer.save_pretrained(final)
     accelerator.wait_for_everyone()
     return final
+
+
+def end_processes() -> bool:
+    """End a run that finished well on every process: wait for all of them, then destroy the process group.
+
+    Returns:
+        Whether this is the main process (the one that reports), read before the group is gone.
+
+    A process that exits with its gloo group alive tears the group's worker threads down during interpreter
+    finalization and can abort ("terminate called without an active exception", SIGABRT; pytorch/pytorch#190489),
+    turning a finished run into a failed launch. Call it on success only: destroying the group while another
+    process still waits in a collective hangs (torchtitan#1342). One process without a group is the main process.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return True
+    is_main = dist.get_rank() == 0
+    dist.barrier()
+    dist.destroy_process_group()
+    return is_main
 
 
 def _loaded_from_gguf(model: Any) -> bool:

@@ -57,7 +57,15 @@ from pathlib import Path
 from typing import Any
 
 from venus_edge.protocol import OBSERVATION_STYLES, observation_style
-from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
+from venus_edge.train.checkpoints import (
+    ProgressBar,
+    adamw,
+    end_processes,
+    fingerprint,
+    resume,
+    save_checkpoint,
+    save_final,
+)
 from venus_edge.train.config import ConfigFile, check_run_settings, require
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
 from venus_edge.train.igpo_rollout import RecordingEngine, Rollout, run_rollout
@@ -547,9 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = IGPOConfig.from_file(args.config, steps=args.steps, output_dir=args.output_dir)
     result = train_igpo(config, progress=not args.quiet)
-    from accelerate import PartialState
-
-    if not PartialState().is_main_process:  # one summary line per run, not one per process
+    if not end_processes():  # one summary line per run, not one per process
         return 0
     print(json.dumps({"steps": result.steps, "resumed_from": result.resumed_from,
                       "final": str(result.final_dir) if result.final_dir else None, **result.last}))

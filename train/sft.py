@@ -38,7 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from venus_edge.train.checkpoints import ProgressBar, adamw, fingerprint, resume, save_checkpoint, save_final
+from venus_edge.train.checkpoints import (
+    ProgressBar,
+    adamw,
+    end_processes,
+    fingerprint,
+    resume,
+    save_checkpoint,
+    save_final,
+)
 from venus_edge.train.config import ConfigFile, check_run_settings, require
 from venus_edge.train.data import load_samples
 from venus_edge.train.tokenize import TokenizedSample, tokenize_samples
@@ -408,9 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from accelerate import PartialState
-
-    if not PartialState().is_main_process:  # one summary line per run, not one per process
+    if not end_processes():  # one summary line per run, not one per process
         return 0
     print(json.dumps({"steps": result.steps, "resumed_from": result.resumed_from, "loss": result.last_loss,
                       "final": str(result.final_dir) if result.final_dir else None,

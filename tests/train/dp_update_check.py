@@ -22,6 +22,7 @@ from accelerate import Accelerator
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
+from venus_edge.train.checkpoints import end_processes
 from venus_edge.train.igpo import TurnReward
 from venus_edge.train.igpo_rollout import Rollout, TrainingSequence
 from venus_edge.train.igpo_trainer import IGPOConfig, _sequence_logprobs, _update
@@ -75,7 +76,7 @@ def main(model_dir: str, out_dir: str, questions: int = len(REWARDS)) -> None:
         state = {k: v.detach().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
         save_file(state, str(out / "weights.safetensors"))
         (out / "metrics.json").write_text(json.dumps(metrics))
-    accelerator.wait_for_everyone()
+    end_processes()
 
 
 if __name__ == "__main__":

@@ -107,6 +107,21 @@ def test_one_igpo_update_on_two_processes_gives_the_weights_of_one(toy, tmp_path
     assert max_difference(weights(tmp_path / "one-question"), weights(tmp_path / "one-question-two")) <= 1e-5
 
 
+def test_a_finished_run_destroys_its_process_group_on_every_process(tmp_path):
+    """A process left with a live gloo group at exit can abort in interpreter finalization (SIGABRT, a finished
+    run reported failed): ``end_processes`` destroys it on each process and says which one is the main process."""
+    script = tmp_path / "ends.py"
+    script.write_text("import torch.distributed as dist\n"
+                      "from accelerate import Accelerator\n"
+                      "from venus_edge.train.checkpoints import end_processes\n"
+                      "rank = Accelerator().process_index\n"
+                      "assert dist.is_initialized()\n"
+                      "is_main = end_processes()\n"
+                      "print(f'rank {rank}: main {is_main}, group alive {dist.is_initialized()}')\n")
+    lines = sorted(line for line in run(2, str(script)).stdout.splitlines() if line.startswith("rank"))
+    assert lines == ["rank 0: main True, group alive False", "rank 1: main False, group alive False"]
+
+
 def _sft_config(toy: Path, out: Path, **settings: Any) -> Path:
     values = {"model": str(toy / "base"), "data": [str(toy / "sft.jsonl")], "output_dir": str(out),
               "global_batch_size": 4, "micro_batch_size": 2, "learning_rate": 3e-3, "warmup_ratio": 0.0,
