@@ -23,6 +23,10 @@
 # (README, "A comparison with the power to decide", gives the time it takes.)
 # ROLLOUT_SERVER=llama-server samples the rollouts on a managed llama-server, GROUP at once (default: in the training
 # process, one after another).
+# A seed finished earlier with the same settings and the same SFT checkpoint is kept, not redone (its rows are read
+# back and its evaluations compared), so an interrupted run loses only the seed it was in and seeds can run in separate
+# invocations, each after its toy_sft.sh seed (then run once more with all of them for the pooled comparison);
+# FRESH=1 redoes every seed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SFT_OUT=${1:-runs/toy-sft}
@@ -45,14 +49,26 @@ SAMPLED=(--temperature "$TEMPERATURE" --k "$SAMPLES")
 
 echo "| seed | model | held-out well-formed | held-out accuracy | sampled accuracy (T $TEMPERATURE, k $SAMPLES) | wrong-page sessions | sampled | train reward first step | last step | s |" > "$OUT/summary.md"
 echo "|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
-row() {  # row SEED MODEL EVAL_DIR SAMPLED_DIR WORLD REWARDS SECONDS
-  local sampled
+row() {  # row SEED MODEL EVAL_DIR SAMPLED_DIR WORLD REWARDS SECONDS: to the summary and to the seed's rows
+  local sampled line
   sampled=$(figures "$4" | cut -d'|' -f2 | tr -d ' ')
-  echo "| $1 | $2 | $(figures "$3") | $sampled | $(wrong_pages "$5" "$3") | $(wrong_pages "$5" "$4") | $6 | $7 |" >> "$OUT/summary.md"
-  tail -n 1 "$OUT/summary.md"
+  line="| $1 | $2 | $(figures "$3") | $sampled | $(wrong_pages "$5" "$3") | $(wrong_pages "$5" "$4") | $6 | $7 |"
+  echo "$line" | tee -a "$OUT/summary.md" >> "$OUT/seed-$1.rows.partial"
+  echo "$line"
 }
 for SEED in $SEEDS; do
   SFT="$(cd "$SFT_OUT/seed-$SEED" && pwd)"
+  SETTINGS="seed=$SEED sft=$(sha1sum < "$SFT/run/final/model.safetensors" | cut -c1-16) modes=$MODES"
+  SETTINGS+=" rollout_server=$ROLLOUT_SERVER steps=$STEPS questions=$QUESTIONS group=$GROUP lr=$LR"
+  SETTINGS+=" temperature=$TEMPERATURE gamma=$GAMMA eval_limit=$EVAL_LIMIT samples=$SAMPLES"
+  SETTINGS+=" max_turns=$MAX_TURNS max_tokens=$MAX_TOKENS"
+  if [ -z "${FRESH:-}" ] && [ -f "$OUT/seed-$SEED.rows.md" ] && \
+     [ "$(cat "$OUT/seed-$SEED.settings" 2>/dev/null)" = "$SETTINGS" ]; then
+    cat "$OUT/seed-$SEED.rows.md" >> "$OUT/summary.md"
+    echo "seed $SEED: done earlier with these settings, kept ($OUT/seed-$SEED-*)"
+    continue
+  fi
+  rm -f "$OUT/seed-$SEED.rows.md" "$OUT/seed-$SEED.settings" "$OUT/seed-$SEED.rows.partial"
   rm -rf "$OUT/seed-$SEED-sft" "$OUT/seed-$SEED-sft-sampled"
   evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" "$OUT/seed-$SEED-sft" "$EVAL_LIMIT"
   [ "$SAMPLES" = 0 ] || evaluate "$SFT/run/final" "$SFT/world/corpus" "$SFT/world/questions-heldout.jsonl" \
@@ -95,6 +111,8 @@ rows = [json.loads(l) for l in open('$RUN/run/log.jsonl')]
 print(f\"{rows[0]['reward']} | {rows[-1]['reward']}\")")
     row "$SEED" "$MODE" "$RUN/eval" "$RUN/eval-sampled" "$SFT/world" "$REWARDS" "$SECONDS_TAKEN"
   done
+  mv "$OUT/seed-$SEED.rows.partial" "$OUT/seed-$SEED.rows.md"
+  echo "$SETTINGS" > "$OUT/seed-$SEED.settings"  # last: the seed is whole
 done
 
 eval_dir() {  # eval_dir SEED MODEL greedy|sampled -> the folder of that evaluation

@@ -9,7 +9,9 @@
 # visit opens a wrong page before the right one; imperfect demonstrations that put errors in research turns).
 # The no-tool baseline is the best constant answer per question kind, read from the training answers.
 # Prints one line per seed (well-formed turn rate and accuracy on held-out questions, before and after) and writes
-# OUT/summary.md.
+# OUT/summary.md. A seed finished earlier with the same settings is kept, not redone (its row is read back), so a
+# killed or interrupted run loses only the seed it was in, and seeds can run in separate invocations (then run once
+# more with all of them for the whole summary); FRESH=1 redoes every seed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/toy-sft}
@@ -29,6 +31,14 @@ echo "| seed | well-formed before | accuracy before | well-formed after | accura
 echo "|---|---|---|---|---|---|---|---|" >> "$OUT/summary.md"
 for SEED in $SEEDS; do
   RUN="$OUT/seed-$SEED"
+  SETTINGS="seed=$SEED people=$PEOPLE epochs=$EPOCHS hidden=$HIDDEN layers=$LAYERS pretrain=$PRETRAIN"
+  SETTINGS+=" eval_limit=$EVAL_LIMIT before_limit=$BEFORE_LIMIT detour_share=$DETOUR_SHARE"
+  SETTINGS+=" max_turns=$MAX_TURNS max_tokens=$MAX_TOKENS"
+  if [ -z "${FRESH:-}" ] && [ -f "$RUN/row.md" ] && [ "$(cat "$RUN/settings.txt" 2>/dev/null)" = "$SETTINGS" ]; then
+    cat "$RUN/row.md" >> "$OUT/summary.md"
+    echo "seed $SEED: done earlier with these settings, kept ($RUN)"
+    continue
+  fi
   rm -rf "$RUN"
   $VE train toy-world "$RUN/world" --people "$PEOPLE" --seed "$SEED" --detour-share "$DETOUR_SHARE"
   $VE train clean "$RUN/world/trajectories.jsonl" --out "$RUN/sft.jsonl" > /dev/null
@@ -53,7 +63,7 @@ YAML
   $VE train sft "$RUN/sft.yaml" --quiet
   SFT_S=$(( $(date +%s) - START ))
   evaluate "$RUN/run/final" "$RUN/world/corpus" "$RUN/world/questions-heldout.jsonl" "$RUN/eval-after" "$EVAL_LIMIT"
-  $PY - "$RUN" "$SEED" "$SFT_S" "$EVAL_LIMIT" >> "$OUT/summary.md" <<'PYTHON'
+  $PY - "$RUN" "$SEED" "$SFT_S" "$EVAL_LIMIT" > "$RUN/row.md" <<'PYTHON'
 import json, sys
 from pathlib import Path
 run, seed, seconds = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -76,5 +86,7 @@ for kind in {q["kind"] for q in train}:
 baseline = round(sum(best.get(q["kind"]) == q["answer"] for q in scored) / len(scored), 4)
 print(f"| {seed} | {' | '.join(map(str, figures('eval-before')))} | {' | '.join(map(str, figures('eval-after')))} | {baseline} | {steps} | {seconds} |")
 PYTHON
-  tail -n 1 "$OUT/summary.md"
+  echo "$SETTINGS" > "$RUN/settings.txt"  # last: the seed is whole
+  cat "$RUN/row.md" >> "$OUT/summary.md"
+  cat "$RUN/row.md"
 done

@@ -257,9 +257,10 @@ class RolloutServer:
         """A running vLLM reloads from the folder it was started on: that folder must be ``checkpoint``."""
         try:
             models = httpx.get(f"{self._url}/v1/models", timeout=30, trust_env=False).json().get("data") or []
-        except (httpx.HTTPError, ValueError) as exc:
-            raise RolloutServerError(f"the vLLM server at {self._url} did not list its model: {exc}") from exc
-        roots = [str(model.get("root") or "") for model in models]
+            roots = [str(model.get("root") or "") for model in models]
+        except (httpx.HTTPError, AttributeError, TypeError, ValueError) as exc:  # no answer, or not a model list
+            raise RolloutServerError(f"the vLLM server at {self._url} did not list its model: "
+                                     f"{type(exc).__name__}: {exc}") from exc
         if not any(root and Path(root).is_dir() and Path(root).resolve() == checkpoint.resolve() for root in roots):
             raise RolloutServerError(
                 f"the vLLM server at {self._url} serves {', '.join(roots) or 'no model'}, but reload_weights reloads "

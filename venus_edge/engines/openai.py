@@ -21,7 +21,8 @@ The same semantics as ``LlamaCppEngine``:
 
 Failures: a request that gets no answer, HTTP 429 or a 5xx is retried with exponential back-off (``Retry-After``
 honoured) up to ``max_retries`` times; a stream that breaks off after it started is not retried (the server may
-have changed its cache). Either raises ``EngineConnectionError``.
+have changed its cache). Either raises ``EngineConnectionError``, as does a reply this engine cannot read (a field
+missing or of another type: a server of another kind or version behind the URL).
 
 Usage::
 
@@ -57,6 +58,9 @@ from venus_edge.protocol import render_chat_parts, tokenize_message
 __all__ = ["OpenAIEngine"]
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: what reading a reply of another shape raises: a missing key, a short list, text where a number goes, a list
+#: where an object goes
+_MALFORMED = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 # The Qwen vocabulary's <|im_start|>: its tokenizer NFC-normalizes text, and llama.cpp's does not (TEST_MODELS.md).
 _QWEN_IM_START = 151644
 
@@ -142,7 +146,8 @@ class OpenAIEngine:
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         reply = self._request("POST", "/detokenize", {"tokens": list(token_ids), "model": self.model})
-        return str(reply.get("content", reply.get("prompt", "")))
+        with self._reading("POST /detokenize"):
+            return str(reply.get("content", reply.get("prompt", "")))
 
     def single_token_id(self, text: str) -> int | None:
         """The id of the one token that spells ``text`` in this vocabulary (``<tool_response>`` in Qwen's), or None."""
@@ -154,8 +159,9 @@ class OpenAIEngine:
     def _tokenize_raw(self, text: str, parse_special: bool) -> list[int]:
         body = {"content": text, "prompt": text, "add_special": False, "add_special_tokens": False,
                 "parse_special": parse_special, "model": self.model}
-        tokens = self._request("POST", "/tokenize", body).get("tokens", [])
-        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
+        reply = self._request("POST", "/tokenize", body)
+        with self._reading("POST /tokenize"):
+            return [int(t["id"]) if isinstance(t, dict) else int(t) for t in reply.get("tokens", [])]
 
     # ------------------------------------------------------------------------------------------ generate
     def generate(
@@ -201,9 +207,11 @@ class OpenAIEngine:
         textless: list[tuple[int, float]] = []  # tokens with no text yet: the end-of-generation one if none follows
         start = first = time.perf_counter()
         for chunk in self._stream("/v1/completions", body):
-            report.update({key: chunk[key] for key in ("timings", "usage") if chunk.get(key)})
-            choice = (chunk.get("choices") or [{}])[0]
-            pieces = _token_pieces(choice)
+            with self._reading("POST /v1/completions"):
+                report.update({key: chunk[key] for key in ("timings", "usage") if chunk.get(key)})
+                choice = (chunk.get("choices") or [{}])[0]
+                pieces = _token_pieces(choice)
+                text, choice_finish = str(choice.get("text") or ""), choice.get("finish_reason")
             if pieces and first == start:
                 first = time.perf_counter()
             for token, logprob, has_text in pieces:
@@ -218,10 +226,10 @@ class OpenAIEngine:
                 textless = []
             if finish == "stop":
                 break
-            if stream.feed(str(choice.get("text") or "")):
+            if stream.feed(text):
                 finish = stream.finish_reason
                 break
-            if choice.get("finish_reason") == "stop":
+            if choice_finish == "stop":
                 finish = "eog"
         if finish == "eog" and textless:
             ending = textless.pop()
@@ -232,7 +240,8 @@ class OpenAIEngine:
         if stream.cancelled:  # also when the cancel came with the final flush
             finish = "cancelled"
         end = time.perf_counter()
-        evaluated = _evaluated(report, len(prompt))
+        with self._reading("POST /v1/completions"):
+            evaluated = _evaluated(report, len(prompt))
         stats = GenerationStats(len(prompt), evaluated, len(prompt) - evaluated,
                                 len(token_ids) + (finish == "eog"), first - start, end - first)
         if finish not in ("eog", "stop") or (finish == "stop" and stream.stop_hit not in stop_ids.values()):
@@ -287,13 +296,19 @@ class OpenAIEngine:
         if grammar:
             body["grammar"] = grammar
         reply = self._request("POST", "/completion", body)
-        if not isinstance(reply.get("tokens"), list):
+        if not isinstance(reply, dict) or not isinstance(reply.get("tokens"), list):
             raise EngineConnectionError(self.base_url, "/completion sent no token ids: exact_token_ids needs "
                                         "llama-server (return_tokens)")
+        with self._reading("POST /completion"):
+            return self._read_llama_server(reply, sampling.logprobs, len(prompt))
+
+    @staticmethod
+    def _read_llama_server(reply: Mapping[str, Any], with_logprobs: bool,
+                           prompt_tokens: int) -> tuple[list[int], list[float] | None, bool, float, int]:
         sampled = [int(token) for token in reply["tokens"]]
         probabilities = reply.get("completion_probabilities") or []
         logprobs: list[float] | None = None
-        if sampling.logprobs:  # the entries are the sampled tokens in order, less those the server left out
+        if with_logprobs:  # the entries are the sampled tokens in order, less those the server left out
             logprobs, entry = [], 0
             for token in sampled:
                 found = entry < len(probabilities) and int(probabilities[entry].get("id", -1)) == token
@@ -302,7 +317,7 @@ class OpenAIEngine:
         timings = reply.get("timings") or {}
         ended = reply.get("stop_type") == "eos" and bool(sampled)
         return (sampled, logprobs, ended, float(timings.get("prompt_ms", 0.0)) / 1000,
-                int(timings.get("prompt_n", len(prompt))))
+                int(timings.get("prompt_n", prompt_tokens)))
 
     def _sample_sglang(self, prompt: list[int], max_tokens: int, sampling: SamplingParams, stop_ids: Mapping[int, str],
                        seed: int | None) -> tuple[list[int], list[float] | None, bool, float, int]:
@@ -320,19 +335,25 @@ class OpenAIEngine:
         body = {"input_ids": prompt, "sampling_params": sampling_params, "return_logprob": True, "stream": False}
         reply = self._request("POST", "/generate", body)
         info = reply.get("meta_info") if isinstance(reply, dict) else None
-        entries = (info or {}).get("output_token_logprobs")
+        entries = info.get("output_token_logprobs") if isinstance(info, dict) else None
         if not isinstance(entries, list):
             raise EngineConnectionError(self.base_url, "/generate sent no output_token_logprobs: exact_token_ids "
                                         "needs SGLang's native /generate with return_logprob")
         assert info is not None  # entries came from it
+        with self._reading("POST /generate"):
+            return self._read_sglang(info, entries, stop_ids, sampling.logprobs, len(prompt))
+
+    @staticmethod
+    def _read_sglang(info: Mapping[str, Any], entries: list[Any], stop_ids: Mapping[int, str], with_logprobs: bool,
+                     prompt_tokens: int) -> tuple[list[int], list[float] | None, bool, float, int]:
         sampled = [int(entry[1]) for entry in entries]
         logprobs = [math.nan if entry[0] is None else float(entry[0]) for entry in entries]
         reason = info.get("finish_reason") or {}
         # a stop on a stop id ends with that id (a stop, not an end of generation); the end of generation too
         ended = (reason.get("type") == "stop" and bool(sampled) and sampled[-1] == reason.get("matched")
                  and sampled[-1] not in stop_ids)
-        evaluated = len(prompt) - int(info.get("cached_tokens") or 0)
-        return sampled, logprobs if sampling.logprobs else None, ended, 0.0, evaluated
+        evaluated = prompt_tokens - int(info.get("cached_tokens") or 0)
+        return sampled, logprobs if with_logprobs else None, ended, 0.0, evaluated
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int) -> str:
         """Complete a short chat greedily (``TextCompleter``: visit's evidence, a judge); a reasoning block, if the
@@ -368,18 +389,22 @@ class OpenAIEngine:
         try:
             props = self._request("GET", "/props", None)
             self.server_kind = "llama-server"
-            settings = props.get("default_generation_settings", {})
-            n_ctx = int(props.get("n_ctx") or settings.get("n_ctx") or 0)
+            with self._reading("GET /props"):
+                settings = props.get("default_generation_settings", {})
+                n_ctx = int(props.get("n_ctx") or settings.get("n_ctx") or 0)
         except EngineConnectionError as exc:
             if "HTTP 404" not in str(exc):
                 raise
             with contextlib.suppress(EngineConnectionError):  # SGLang's native interface; vLLM answers 404
-                if "model_path" in self._request("GET", "/get_model_info", None):
+                info = self._request("GET", "/get_model_info", None)
+                if isinstance(info, dict) and "model_path" in info:
                     self.server_kind = "sglang"
-        models = self._request("GET", "/v1/models", None).get("data", [])
-        name = model or (str(models[0].get("id")) if models else "default")
-        listed: dict[str, Any] = next((m for m in models if m.get("id") == name), {})
-        return name, n_ctx or int(listed.get("max_model_len") or listed.get("meta", {}).get("n_ctx_train") or 0)
+        reply = self._request("GET", "/v1/models", None)
+        with self._reading("GET /v1/models"):
+            models = reply.get("data", [])
+            name = model or (str(models[0].get("id")) if models else "default")
+            listed: dict[str, Any] = next((m for m in models if m.get("id") == name), {})
+            return name, n_ctx or int(listed.get("max_model_len") or listed.get("meta", {}).get("n_ctx_train") or 0)
 
     def _request(self, method: str, path: str, body: Any) -> Any:
         self._check_open()
@@ -401,6 +426,9 @@ class OpenAIEngine:
                 if data == "[DONE]":
                     return
                 event = json.loads(data)
+                if not isinstance(event, dict):
+                    raise EngineConnectionError(self.base_url, f"POST {path} streamed an event that is not a JSON "
+                                                f"object: {data[:200]}")
                 if "error" in event:
                     raise EngineConnectionError(self.base_url, f"the server reported: {event['error']}")
                 yield event
@@ -432,6 +460,16 @@ class OpenAIEngine:
                 raise EngineConnectionError(self.base_url, f"HTTP {response.status_code}: {response.text[:300]}")
             return response
         raise EngineConnectionError(self.base_url, f"no answer after {self.max_retries} attempt(s) ({problem})")
+
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Read a reply of ``what`` (``"POST /tokenize"``): a shape this engine cannot read raises one
+        ``EngineConnectionError`` naming the request, not the ``KeyError`` or ``TypeError`` of the line that read it."""
+        try:
+            yield
+        except _MALFORMED as exc:
+            raise EngineConnectionError(self.base_url, f"{what} answered in a form this engine cannot read "
+                                        f"({type(exc).__name__}: {exc})") from exc
 
     def _check_open(self) -> None:
         if self._closed:
