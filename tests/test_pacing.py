@@ -360,3 +360,61 @@ def test_llama_cpp_engine_changes_its_threads_between_calls(smollm2_engine):
     finally:
         engine.set_threads(before)
     assert llama_cpp.llama_n_threads(engine._llm._ctx.ctx) == before
+
+
+def test_sessions_that_share_an_engine_give_back_threads_another_one_took(tools, tmp_path):
+    """A server's sessions share its engine: threads the first session took away when hot are given back by the
+    next one once the device has cooled (up to the engine's threads when pacing first saw it), not kept low."""
+    device = FakeDevice(tmp_path / "phone")
+    engine = ScriptedEngine([SEARCHES[0], answer_turn("Python 3.11"), SEARCHES[1], answer_turn("Python 3.11")],
+                            n_threads=4)
+    agent = Agent(engine, tools, pace=pace(device))
+
+    def heat_after_first_turn(event: Event) -> None:
+        if isinstance(event, TurnCompleted) and event.turn == 0:
+            device.cpu(72.0)
+
+    first = paced(drive(agent.events(QUESTION), heat_after_first_turn))
+    assert [(e.action, e.n_threads) for e in first] == [("threads_lowered", 2)] and engine.n_threads == 2
+    device.cpu(55.0)
+    second = paced(drive(agent.events(QUESTION), lambda event: None))
+    assert [(e.turn, e.action, e.n_threads) for e in second] == [(0, "threads_raised", 4)]
+    assert engine.thread_changes == [2, 4]
+
+
+def test_the_server_paces_its_sessions_and_stops_one_on_a_low_battery(tools, tmp_path):
+    """``ResearchService(pace=)`` (``serve --pace``): a hot device lowers the threads in a session's events and
+    journal; a discharging battery below the floor ends the next session ``battery_low``, resumable."""
+    from venus_edge.server.service import ResearchService, SessionRequest
+
+    device = FakeDevice(tmp_path / "phone", cpu_c=72.0)
+    engine = ScriptedEngine([SEARCHES[0], answer_turn("Python 3.11")], n_threads=4)
+    journal = tmp_path / "served.jsonl"
+    service = ResearchService([engine], tools, AgentConfig(), journal_path=journal, pace=pace(device))
+    try:
+        hot = service.submit(SessionRequest(QUESTION))
+        assert hot.wait(60)
+        device.battery("Discharging", 9)
+        drained = service.submit(SessionRequest(QUESTION))
+        assert drained.wait(60)
+    finally:
+        service.close()
+    assert hot.result is not None and hot.result.termination == "answered"
+    assert [(e["turn"], e["action"], e["n_threads"]) for e in hot.events if e["type"] == "pace"] == \
+        [(0, "threads_lowered", 2), (1, "threads_lowered", 1)]  # still 72 C before the second turn
+    assert drained.result is not None and drained.result.termination == BATTERY_LOW
+    assert [e["action"] for e in drained.events if e["type"] == "pace"] == ["battery_stop"]
+    by_id = {t.session_id: t for t in read_journal(journal).trajectories}
+    assert [p["n_threads"] for p in by_id[hot.session_id].paces] == [2, 1]
+    assert by_id[drained.session_id].termination == "incomplete", "no end record: the journal resumes it"
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp"])
+def test_serve_and_mcp_take_pace_and_refuse_its_settings_without_it(docs_corpus, capsys, command):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--corpus", str(docs_corpus), "--pace-battery-floor", "20"])
+    assert exit_info.value.code == 2 and "--pace-battery-floor goes with --pace" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--corpus", str(docs_corpus), "--pace", "--pace-max-temp", "90"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "(90 C), and --pace-max-temp at most --pace-pause-temp" in err, err

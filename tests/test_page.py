@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from venus_edge.agent import AgentConfig
+from venus_edge.pacing import PaceConfig
 from venus_edge.result import NO_SOURCES, TERMINATIONS
 from venus_edge.server.app import create_app
 from venus_edge.server.pairing import PairingTokens
@@ -60,17 +61,17 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def serve(tools: list[Any], tmp_path: Path) -> Iterator[Callable[..., tuple[str, ResearchService]]]:
-    """``serve(turns, api_key=None, max_queue=8, config=AgentConfig(), pairing=None, model_name=None)``: the app
-    over a service on a scripted engine (``turns``: its list of turns, or its policy), on 127.0.0.1; returns (base
-    URL, service)."""
+    """``serve(turns, api_key=None, max_queue=8, config=AgentConfig(), pairing=None, model_name=None, pace=None)``:
+    the app over a service on a scripted engine (``turns``: its list of turns, or its policy), on 127.0.0.1; returns
+    (base URL, service)."""
     running: list[tuple[UvicornThread, ResearchService]] = []
 
     def start(turns: list[Any] | Callable[[str], Any], *, api_key: str | None = None, max_queue: int = 8,
               config: AgentConfig | None = None, pairing: PairingTokens | None = None,
-              model_name: str | None = None) -> tuple[str, ResearchService]:
+              model_name: str | None = None, pace: PaceConfig | None = None) -> tuple[str, ResearchService]:
         engine = ScriptedEngine(turns, piece_chars=8, delay_s=0.03)
         service = ResearchService([engine], tools, config or AgentConfig(), journal_path=tmp_path / "journal.jsonl",
-                                  max_queue=max_queue)
+                                  max_queue=max_queue, pace=pace)
         server = UvicornThread(create_app(service, api_key=api_key, pairing=pairing, model_name=model_name))
         running.append((server, service))
         return server.url, service
@@ -521,3 +522,32 @@ def test_a_pairing_link_pairs_one_phone_once(serve: Any, new_context: Callable[.
     screenshot(other, tmp_path / "shots", "7-pairing-refused")
     other.locator("a[href='/']").tap()
     sync_api.expect(other.locator("#key-form")).to_be_visible()  # not paired: the key is asked for
+
+
+def test_pacing_shows_as_a_notice_and_a_low_battery_ends_the_session_resumably(serve: Any, context: Any,
+                                                                               tmp_path: Path) -> None:
+    """``serve --pace`` on a phone in Termux, its browser the client: what pacing does is a notice in the session,
+    and a battery below the floor ends it with the server's words for it."""
+    supply = tmp_path / "phone" / "sys" / "class" / "power_supply" / "battery"
+    supply.mkdir(parents=True)
+    for name, value in (("type", "Battery"), ("status", "Discharging"), ("capacity", "9")):
+        (supply / name).write_text(value + "\n")
+    url, _ = serve([answer_turn("never written")], pace=PaceConfig(root=tmp_path / "phone"))
+    page = context.new_page()
+    page.goto(url)
+    page.fill("#question", QUESTION)
+    page.click("#ask")
+    sync_api.expect(page.locator("#result[data-from='journal']")).to_be_visible()
+    sync_api.expect(page.locator("#status")).to_have_text(TERMINATIONS["battery_low"].label)
+    notices = page.locator("#turns .notice.pace")
+    sync_api.expect(notices).to_have_count(2)
+    live = notices.all_text_contents()
+    assert live[0].startswith("Pacing (sensor problem): temperatures: no thermal zones"), live  # said once
+    assert live[1].startswith("Pacing (battery stop): battery battery at 9% and discharging, below the 15% floor")
+    page.goto(url)  # reopened from the list: the same notices, from the journal's pace records
+    entry = page.locator("#history li.session")
+    sync_api.expect(entry).to_contain_text(TERMINATIONS["battery_low"].label)
+    entry.locator("button").click()
+    sync_api.expect(page.locator("#status")).to_have_text(TERMINATIONS["battery_low"].label)
+    sync_api.expect(notices).to_have_count(2)
+    assert notices.all_text_contents() == live

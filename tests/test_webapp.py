@@ -102,3 +102,15 @@ def test_the_page_links_its_manifest_and_allows_only_its_own_worker(server: Uvic
     assert directives["worker-src"] == "'self'" and directives["manifest-src"] == "'self'"
     assert directives["connect-src"] == "'self'" and directives["default-src"] == "'none'"
     assert 'navigator.serviceWorker.register("/sw.js")' in page
+
+
+def test_the_page_listens_for_every_event_the_server_streams(server: UvicornThread) -> None:
+    """The page subscribes to SSE events by name: an event type missing from its list never reaches it."""
+    from venus_edge import events
+
+    page = httpx.get(f"{server.url}/").text
+    listed = re.search(r"const EVENT_TYPES = \[([^\]]*)\]", page)
+    assert listed is not None, "the page names the events it follows in EVENT_TYPES"
+    streamed = {cls.type for cls in vars(events).values()
+                if isinstance(cls, type) and issubclass(cls, events.Event) and cls is not events.Event}
+    assert set(re.findall(r'"(\w+)"', listed.group(1))) == streamed

@@ -24,9 +24,11 @@ so that the session backs off first; the battery floor leaves the phone some cha
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,13 @@ from venus_edge.events import PaceAction, Paced
 from venus_edge.memory.sensors import SensorReadings, ThermalZone, read_sensors
 
 __all__ = ["PaceConfig", "Pacer"]
+
+#: Each engine's decode threads when a ``Pacer`` first saw it: the count threads come back up to, for every session
+#: that shares the engine (a server's slots, ``--samples``), so that threads one session took away are given back
+#: by the next one when the device has cooled, not kept low for good.
+#: Keyed by ``id`` with a weak reference (engines need not be hashable: dataclasses are not).
+_FULL_THREADS: dict[int, tuple[weakref.ref[Any], int]] = {}
+_FULL_THREADS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -87,14 +96,15 @@ class Pacer:
 
     Args:
         config: the thresholds.
-        engine: the session's engine; its threads are changed when it has ``ThreadControl``.
+        engine: the session's engine; its threads are changed when it has ``ThreadControl``. Sessions that share
+            an engine share its full thread count: the count it had when pacing first saw it.
         cancel: the session's cancel event; a pause waits on it and ends when it is set.
     """
 
     def __init__(self, config: PaceConfig, engine: Engine, *, cancel: threading.Event | None = None) -> None:
         self.config = config
         self.threads = engine if isinstance(engine, ThreadControl) else None
-        self.full_threads = self.threads.n_threads if self.threads is not None else None
+        self.full_threads = _full_threads(self.threads) if self.threads is not None else None
         self.cancel = cancel
         self._said: set[str] = set()
 
@@ -187,6 +197,23 @@ class Pacer:
     def _wait(self, seconds: float) -> None:
         wait: Callable[[float], Any] = self.cancel.wait if self.cancel is not None else time.sleep
         wait(seconds)
+
+
+def _full_threads(engine: ThreadControl) -> int:
+    """``engine``'s threads when pacing first saw it (``_FULL_THREADS``)."""
+    key = id(engine)
+    with _FULL_THREADS_LOCK:
+        known = _FULL_THREADS.get(key)
+        if known is not None and known[0]() is engine:
+            return known[1]
+
+        def forget(ref: weakref.ref[Any]) -> None:  # the engine is gone: its id may be reused
+            if _FULL_THREADS.get(key, (None, 0))[0] is ref:
+                del _FULL_THREADS[key]
+
+        with contextlib.suppress(TypeError):  # an engine that cannot be weakly referenced: its threads now
+            _FULL_THREADS[key] = (weakref.ref(engine, forget), engine.n_threads)
+        return engine.n_threads
 
 
 def _zone(zone: ThermalZone) -> str:

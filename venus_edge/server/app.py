@@ -435,11 +435,14 @@ def _iso(timestamp: float) -> str:
 
 def _summary(trajectory: Trajectory, handle: SessionHandle | None) -> dict[str, Any]:
     """A journaled session; ``state`` is the live one, or ``finished``, or ``incomplete`` (no end record and not
-    running here: a server that was killed; ``venus-edge research --resume`` continues it)."""
+    running here: a server that was killed; ``venus-edge research --resume`` continues it). A session that ended
+    here without an end record (pacing's ``battery_low``, resumable) has the termination it ended with."""
     ended = trajectory.termination != "incomplete"
+    result = handle.result if handle is not None else None
     return {"session_id": trajectory.session_id, "question": trajectory.question,
             "state": handle.state if handle is not None else "finished" if ended else "incomplete",
-            "termination": trajectory.termination, "answer": trajectory.answer,
+            "termination": trajectory.termination if ended or result is None else result.termination,
+            "answer": trajectory.answer,
             "started_at": trajectory.header.get("started_at"), "turns": len(trajectory.turns)}
 
 
@@ -447,7 +450,8 @@ def _view(trajectory: Trajectory, handle: SessionHandle | None) -> dict[str, Any
     """A journaled session as the page shows it: what the live events said, read back from the journal records.
     A turn's ``observation_chars`` and ``tool_s`` are its ``tool_returned`` event's ``observation_chars`` and
     ``elapsed_s``, ``stats`` its ``turn_completed`` event's; ``elapsed_s``, ``totals`` and ``turn_count`` are the
-    ``session_finished`` event's (absent while the session has not ended)."""
+    ``session_finished`` event's (absent while the session has not ended); ``paces`` are its ``pace`` events
+    (``serve --pace``), each before the turn it names."""
     end = trajectory.end
     return {
         **_summary(trajectory, handle),
@@ -461,6 +465,8 @@ def _view(trajectory: Trajectory, handle: SessionHandle | None) -> dict[str, Any
                    "tool_failures": list(t.tool_failures), "tool_attempts": list(t.tool_attempts),
                    "dropped_arguments": list(t.dropped_arguments), "format_errors": list(t.format_errors),
                    "stats": dict(t.stats)} for t in trajectory.turns],
+        "paces": [{k: v for k, v in record.items() if k not in ("record", "session_id")}
+                  for record in trajectory.paces],
     }
 
 

@@ -22,15 +22,18 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from venus_edge.flags import (
     add_deprecated_alias,
+    add_pace_arguments,
     add_session_arguments,
     check_key_text,
     check_session_arguments,
     count_argument,
+    pace_config,
     size_argument,
 )
 from venus_edge.server.defaults import (
@@ -61,6 +64,7 @@ to --journal (JSONL). Loopback only, unless --server-api-key is given.
 examples:
   venus-edge serve --model M.gguf --corpus docs/ --port 8765      # then open http://127.0.0.1:8765/
   venus-edge serve --model M.gguf --corpus docs/ --lan            # then scan the QR code with a phone
+  venus-edge serve --model M.gguf --corpus docs/ --pace           # on a phone: slower when hot, stops on low battery
 """
 
 
@@ -80,6 +84,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve = commands.add_parser("serve", help="serve research over HTTP: SSE, OpenAI-compatible chat, a web page",
                                 description=_SERVE_DESCRIPTION)
     add_session_arguments(serve, old_api_key=False)
+    add_pace_arguments(serve)
     serve.add_argument("--host", default=None,
                        help="address to bind (default 127.0.0.1, or with --lan the LAN address; any other than "
                             "loopback needs --server-api-key or --lan)")
@@ -121,6 +126,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     mcp = commands.add_parser("mcp", help="serve research, search and visit to MCP clients (stdio or streamable HTTP)",
                               description=_MCP_DESCRIPTION)
     add_session_arguments(mcp, old_api_key=False)
+    add_pace_arguments(mcp)
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                      help="stdio: the client starts this process (default); http: streamable HTTP at /mcp")
     mcp.add_argument("--host", default="127.0.0.1",
@@ -213,13 +219,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if min(args.header_timeout, args.body_timeout, args.keep_alive) <= 0:
         parser.error(f"--header-timeout, --body-timeout and --keep-alive must be > 0 seconds, got "
                      f"{args.header_timeout:g}, {args.body_timeout:g} and {args.keep_alive:g}")
+    settings = replace(SessionSettings.from_args(args), pace=pace_config(args, parser))
     journal = args.journal or default_journal_path()
     listening = _listening_socket(host, args.port)
     assert listening is not None
-    with listening, open_session(SessionSettings.from_args(args), samples=args.slots) as session:
+    with listening, open_session(settings, samples=args.slots) as session:
         engines: list[Any] = session.parallel_engines(args.slots)
         service = ResearchService(engines, session.tools, session.config, journal_path=journal,
-                                  max_queue=args.max_queue, max_question_chars=args.max_question_chars)
+                                  max_queue=args.max_queue, max_question_chars=args.max_question_chars,
+                                  pace=settings.pace)
         app = create_app(service, api_key=api_key, cors_origins=args.cors_origin,
                          max_body_bytes=args.max_body, allowed_hosts=_loopback_hosts(host),
                          body_timeout_s=args.body_timeout, pairing=pairing)
@@ -277,7 +285,8 @@ def _run_mcp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_session_arguments(args, parser)
     if args.max_queue < 0:
         parser.error("--max-queue must be at least 0")
+    settings = replace(SessionSettings.from_args(args), pace=pace_config(args, parser))
     if args.transport == "http":
         _listening_socket(args.host, args.port, keep=False)
-    return run_mcp(SessionSettings.from_args(args), transport=args.transport, host=args.host, port=args.port,
+    return run_mcp(settings, transport=args.transport, host=args.host, port=args.port,
                    journal_path=args.journal or default_journal_path(), max_queue=args.max_queue)

@@ -169,7 +169,7 @@ def run_mcp(settings: SessionSettings, *, transport: str = "stdio", host: str = 
         with _stdout_to_stderr() if stdio else contextlib.nullcontext():  # stdout is the protocol's alone
             session = stack.enter_context(open_session(settings))
         service = ResearchService([session.engine], session.tools, session.config, journal_path=journal,
-                                  max_queue=max_queue)
+                                  max_queue=max_queue, pace=settings.pace)
         stack.callback(service.close)
         direct = [_direct_tool(tool) for tool in session.tools]
         stack.callback(close_tools, [twin for twin, tool in zip(direct, session.tools) if twin is not tool])

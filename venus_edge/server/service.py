@@ -27,6 +27,7 @@ from venus_edge.agent import Agent, AgentConfig
 from venus_edge.engines.base import Engine
 from venus_edge.errors import ContextOverflowError, VenusEdgeError
 from venus_edge.events import ErrorRaised, Event, SessionFinished, TurnCompleted
+from venus_edge.pacing import PaceConfig
 from venus_edge.result import CANCELLED, Result, termination_of
 from venus_edge.text import valid_text
 from venus_edge.tools.base import Tool
@@ -210,6 +211,8 @@ class ResearchService:
         max_question_chars: longest question accepted, in characters.
         keep_finished: ended sessions kept in memory with their events (``get``, live replay); older ones are
             read from the journal only.
+        pace: pace every session for a device that heats and drains (``venus_edge.pacing``; ``serve --pace``),
+            None: off. Sessions on one engine share its threads: one lowers them, a later one raises them again.
 
     The service owns neither the engines nor the tools: close them after ``close()``.
     """
@@ -224,6 +227,7 @@ class ResearchService:
         max_queue: int = 8,
         max_question_chars: int = 4_000,
         keep_finished: int = 64,
+        pace: PaceConfig | None = None,
     ) -> None:
         if not engines:
             raise ValueError("the service needs at least one engine")
@@ -236,9 +240,10 @@ class ResearchService:
         self.max_queue = max_queue
         self.max_question_chars = max_question_chars
         self.keep_finished = keep_finished
+        self.pace = pace
         self._finished: collections.deque[str] = collections.deque()
         self._history: tuple[tuple[int, int], Journal] | None = None  # (size, mtime_ns) -> what it holds
-        self.agents = [Agent(engine, self.tools, config=config, trajectory_path=self.journal_path)
+        self.agents = [Agent(engine, self.tools, config=config, trajectory_path=self.journal_path, pace=pace)
                        for engine in self.engines]
         self.sessions: dict[str, SessionHandle] = {}
         self.counters: collections.Counter[str] = collections.Counter()
@@ -419,7 +424,8 @@ class ResearchService:
         started = time.monotonic()
         termination = "error"
         try:
-            session = Agent(agent.engine, self.tools, config=handle.config, trajectory_path=self.journal_path)
+            session = Agent(agent.engine, self.tools, config=handle.config, trajectory_path=self.journal_path,
+                            pace=self.pace)
             stream = session.events(handle.question, cancel=handle.cancel, session_id=handle.session_id)
             for event in stream:
                 self._observe(event)
