@@ -39,12 +39,22 @@ GOOD = {
 }
 
 
+class Raw:
+    """A reply sent as it is: ``body`` with ``content_type``, ``status`` and extra ``headers``."""
+
+    def __init__(self, body: str, content_type: str = "text/event-stream", status: int = 200,
+                 headers: dict[str, str] | None = None) -> None:
+        self.body, self.content_type, self.status, self.headers = body.encode(), content_type, status, headers or {}
+
+
 class StubServer:
     """Answers each route from ``routes`` (mutable): a JSON value, a list of events for a streamed route (sent as
-    ``data:`` lines, then ``[DONE]``), or ``NOT_FOUND``."""
+    ``data:`` lines, then ``[DONE]``), a ``Raw`` reply, or ``NOT_FOUND``. ``requests`` counts what it answered."""
 
     def __init__(self, routes: dict[str, Any]) -> None:
         self.routes = routes
+        self.requests: dict[str, int] = {}
+        requests = self.requests
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -55,7 +65,11 @@ class StubServer:
             def _answer(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 reply = routes.get(self.path, NOT_FOUND)
-                if reply is NOT_FOUND:
+                requests[self.path] = requests.get(self.path, 0) + 1
+                headers: dict[str, str] = {}
+                if isinstance(reply, Raw):
+                    status, body, kind, headers = reply.status, reply.body, reply.content_type, reply.headers
+                elif reply is NOT_FOUND:
                     status, body, kind = 404, b'{"error": "not found"}', "application/json"
                 elif self.path == "/v1/completions":
                     status, kind = 200, "text/event-stream"
@@ -64,6 +78,8 @@ class StubServer:
                 else:
                     status, body, kind = 200, json.dumps(reply).encode(), "application/json"
                 self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -107,6 +123,9 @@ def _malformed(request: str) -> str:
     ("openai", "/tokenize", {"tokens": ["one"]}),
     ("openai", "/tokenize", {"tokens": 5}),
     ("openai", "/tokenize", "tokens"),
+    ("openai", "/tokenize", {"tokens": [1e400]}),  # JSON's 1e400 reads as infinity: no int
+    ("llama-server", "/props", {"n_ctx": 1e400}),
+    ("openai", "/v1/models", {"data": [{"id": "m", "max_model_len": 1e400}]}),
 ])
 def test_a_discovery_reply_of_another_shape_is_one_clear_error(serve, kind, route, reply):
     server = serve(kind, **{route: reply})
@@ -127,6 +146,11 @@ def test_a_discovery_reply_of_another_shape_is_one_clear_error(serve, kind, rout
     {"choices": [{"text": "a", "logprobs": ["token_id:5"]}]},
     {"choices": [], "usage": {"prompt_tokens_details": {"cached_tokens": "all"}}},
     {"choices": [], "usage": ["prompt_tokens", 1]},
+    {"choices": [], "usage": {"prompt_tokens_details": {"cached_tokens": 1e400}}},
+    {"choices": [], "timings": {"prompt_n": 1e400}},
+    {"choices": [{"text": "a", "logprobs": {"content": [{"id": 1e400, "bytes": [97]}]}}]},
+    {"choices": [{"text": {"a": 1}}]},  # text that is not text
+    {"choices": [{"text": "ab", "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.1]}}]},
 ])
 def test_a_streamed_event_of_another_shape_ends_the_call_and_the_engine_goes_on(serve, event):
     server = serve("openai")
@@ -141,8 +165,9 @@ def test_a_streamed_event_of_another_shape_ends_the_call_and_the_engine_goes_on(
     assert (done.token_ids, done.text, done.finish_reason) == ([5], "a", "eog")
 
 
-def test_a_detokenize_reply_of_another_shape_is_one_clear_error(serve):
-    server = serve("openai", **{"/detokenize": ["a"]})
+@pytest.mark.parametrize("reply", [["a"], {"content": None}, {"prompt": 5}])
+def test_a_detokenize_reply_of_another_shape_is_one_clear_error(serve, reply):
+    server = serve("openai", **{"/detokenize": reply})
     engine = OpenAIEngine(server.url, max_retries=1)
     with pytest.raises(EngineConnectionError, match=_malformed("POST /detokenize")):
         engine.detokenize([5])
@@ -158,6 +183,7 @@ def test_a_detokenize_reply_of_another_shape_is_one_clear_error(serve):
      _malformed("POST /completion")),
     ("llama-server", "/completion", {"tokens": [5], "timings": "fast"}, _malformed("POST /completion")),
     ("llama-server", "/completion", {"tokens": [5], "timings": {"prompt_n": "all"}}, _malformed("POST /completion")),
+    ("llama-server", "/completion", {"tokens": [5], "timings": {"prompt_n": 1e400}}, _malformed("POST /completion")),
     ("sglang", "/generate", {"meta_info": [1]}, "/generate sent no output_token_logprobs"),
     ("sglang", "/generate", {"meta_info": {"output_token_logprobs": [[-0.1]]}}, _malformed("POST /generate")),
     ("sglang", "/generate", {"meta_info": {"output_token_logprobs": [[-0.1, "five", "a"]]}},
@@ -168,6 +194,8 @@ def test_a_detokenize_reply_of_another_shape_is_one_clear_error(serve):
     ("sglang", "/generate", {"meta_info": {"output_token_logprobs": [[-0.1, 5, "a"]], "finish_reason": "stop"}},
      _malformed("POST /generate")),
     ("sglang", "/generate", {"meta_info": {"output_token_logprobs": [[-0.1, 5, "a"]], "cached_tokens": "all"}},
+     _malformed("POST /generate")),
+    ("sglang", "/generate", {"meta_info": {"output_token_logprobs": [[-0.1, 5, "a"]], "cached_tokens": 1e400}},
      _malformed("POST /generate")),
 ])
 def test_a_native_reply_of_another_shape_is_one_clear_error(serve, kind, route, reply, expected):
@@ -193,3 +221,45 @@ def test_a_vllm_model_list_of_another_shape_is_a_rollout_server_error(serve, tmp
     config = SimpleNamespace(rollout_server="vllm", rollout_server_url=server.url)
     with pytest.raises(RolloutServerError, match=r"the vLLM server at .* did not list its model: \w+Error"):
         RolloutServer(config, tmp_path)._check_vllm_serves(Path(tmp_path))
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    (Raw('{"choices": [{"text": "hello world"}]}', "application/json"),  # a server that ignores stream: true
+     r"POST /v1/completions answered with one JSON reply, not the event stream it was asked for: \{\"choices"),
+    (Raw('data: {"choices": [{"text": "hel", "logprobs": {"tokens": ["token_id:5"]}}]}\n\n'),  # no [DONE]
+     r"POST /v1/completions: the stream ended without \[DONE\] \(cut off by the server or a proxy\)"),
+    (Raw("data: " + "[" * 100_000 + "]" * 100_000 + "\n\n"), "POST /v1/completions streamed JSON nested too deeply"),
+])
+def test_a_completion_that_is_not_a_whole_stream_is_an_error_not_an_empty_answer(serve, reply, expected):
+    server = serve("openai")
+    engine = OpenAIEngine(server.url, max_retries=1)
+    server.routes["/v1/completions"] = reply
+    with pytest.raises(EngineConnectionError, match=expected):
+        engine.generate([1, 2], sampling=SamplingParams(max_tokens=4))
+
+
+def test_a_reply_nested_too_deeply_is_non_json(serve):
+    server = serve("openai", **{"/v1/models": Raw("[" * 100_000 + "]" * 100_000, "application/json")})
+    with pytest.raises(EngineConnectionError, match="GET /v1/models answered with non-JSON"):
+        OpenAIEngine(server.url, max_retries=1)
+
+
+@pytest.mark.parametrize("retry_after", ["\u00b2", "nan", "-5", "inf", "Wed, 21 Oct 2015 07:28:00 GMT"])
+def test_a_retry_after_that_is_not_a_number_of_seconds_is_not_waited_on(serve, retry_after):
+    """Retry-After is honoured as seconds (at most ``MAX_RETRY_AFTER_S``); anything else: the engine's own back-off."""
+    busy = Raw('{"error": "busy"}', "application/json", status=503, headers={"Retry-After": retry_after})
+    server = serve("openai", **{"/v1/models": busy})
+    with pytest.raises(EngineConnectionError, match=r"no answer after 2 attempt\(s\) \(HTTP 503\)"):
+        OpenAIEngine(server.url, max_retries=2, backoff_s=0.01)
+    assert server.requests["/v1/models"] == 2
+
+
+def test_a_long_retry_after_is_capped():
+    import httpx
+
+    from venus_edge.engines.openai import MAX_RETRY_AFTER_S, _retry_after_s
+
+    def answer(seconds: str) -> float:
+        return _retry_after_s(httpx.Response(503, headers={"Retry-After": seconds}))
+
+    assert answer("86400") == answer("1" * 30) == MAX_RETRY_AFTER_S and answer("2.5") == 2.5 and answer("") == 0.0

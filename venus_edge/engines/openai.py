@@ -58,9 +58,11 @@ from venus_edge.protocol import render_chat_parts, tokenize_message
 __all__ = ["OpenAIEngine"]
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: The longest wait a ``Retry-After`` header gets, in seconds (a server asking for a day is not waited on for a day).
+MAX_RETRY_AFTER_S = 60.0
 #: what reading a reply of another shape raises: a missing key, a short list, text where a number goes, a list
-#: where an object goes
-_MALFORMED = (AttributeError, IndexError, KeyError, TypeError, ValueError)
+#: where an object goes, a number too large for an int (JSON's 1e400 reads as infinity), JSON nested too deeply
+_MALFORMED = (AttributeError, IndexError, KeyError, TypeError, ValueError, OverflowError, RecursionError)
 # The Qwen vocabulary's <|im_start|>: its tokenizer NFC-normalizes text, and llama.cpp's does not (TEST_MODELS.md).
 _QWEN_IM_START = 151644
 
@@ -147,7 +149,7 @@ class OpenAIEngine:
     def detokenize(self, token_ids: Sequence[int]) -> str:
         reply = self._request("POST", "/detokenize", {"tokens": list(token_ids), "model": self.model})
         with self._reading("POST /detokenize"):
-            return str(reply.get("content", reply.get("prompt", "")))
+            return _text(reply.get("content", reply.get("prompt", "")))
 
     def single_token_id(self, text: str) -> int | None:
         """The id of the one token that spells ``text`` in this vocabulary (``<tool_response>`` in Qwen's), or None."""
@@ -211,7 +213,7 @@ class OpenAIEngine:
                 report.update({key: chunk[key] for key in ("timings", "usage") if chunk.get(key)})
                 choice = (chunk.get("choices") or [{}])[0]
                 pieces = _token_pieces(choice)
-                text, choice_finish = str(choice.get("text") or ""), choice.get("finish_reason")
+                text, choice_finish = _text(choice.get("text") or ""), choice.get("finish_reason")
             if pieces and first == start:
                 first = time.perf_counter()
             for token, logprob, has_text in pieces:
@@ -411,7 +413,7 @@ class OpenAIEngine:
         response = self._with_retries(lambda: self._client.request(method, self.base_url + path, json=body))
         try:
             return response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             raise EngineConnectionError(self.base_url, f"{method} {path} answered with non-JSON") from None
 
     def _stream(self, path: str, body: Any) -> Iterator[dict[str, Any]]:
@@ -419,6 +421,10 @@ class OpenAIEngine:
         request = self._client.build_request("POST", self.base_url + path, json=body)
         response = self._with_retries(lambda: self._client.send(request, stream=True))
         try:
+            if response.headers.get("content-type", "").startswith("application/json"):  # stream: true ignored
+                response.read()
+                raise EngineConnectionError(self.base_url, f"POST {path} answered with one JSON reply, not the event "
+                                                           f"stream it was asked for: {response.text[:200]}")
             for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -432,8 +438,13 @@ class OpenAIEngine:
                 if "error" in event:
                     raise EngineConnectionError(self.base_url, f"the server reported: {event['error']}")
                 yield event
+            # every server this reads ends a whole stream with [DONE]: a stream without it was cut off
+            raise EngineConnectionError(self.base_url, f"POST {path}: the stream ended without [DONE] (cut off by "
+                                                       "the server or a proxy)")
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
             raise EngineConnectionError(self.base_url, f"the stream broke off ({type(exc).__name__}: {exc})") from exc
+        except RecursionError:
+            raise EngineConnectionError(self.base_url, f"POST {path} streamed JSON nested too deeply to read") from None
         finally:
             response.close()
 
@@ -486,7 +497,8 @@ def _token_pieces(choice: Mapping[str, Any]) -> list[tuple[int, float, bool]]:
                 for entry in logprobs["content"]]
     tokens = logprobs.get("tokens") or []  # vLLM with return_tokens_as_token_ids: ["token_id:5"]
     values = logprobs.get("token_logprobs") or [0.0] * len(tokens)
-    return [(int(str(token).rsplit(":", 1)[-1]), float(value or 0.0), True) for token, value in zip(tokens, values)]
+    return [(int(str(token).rsplit(":", 1)[-1]), float(value or 0.0), True)
+            for token, value in zip(tokens, values, strict=True)]
 
 
 def _evaluated(report: Mapping[str, Any], prompt_tokens: int) -> int:
@@ -499,5 +511,17 @@ def _evaluated(report: Mapping[str, Any], prompt_tokens: int) -> int:
 
 
 def _retry_after_s(response: httpx.Response) -> float:
-    value = response.headers.get("retry-after", "")
-    return float(value) if value.replace(".", "", 1).isdigit() else 0.0
+    """The seconds a ``Retry-After: N`` header asks for, at most ``MAX_RETRY_AFTER_S``; 0 for none, an HTTP date
+    or anything else that is not a number of seconds."""
+    try:
+        seconds = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return 0.0
+    return min(seconds, MAX_RETRY_AFTER_S) if math.isfinite(seconds) and seconds >= 0 else 0.0
+
+
+def _text(value: Any) -> str:
+    """A text field of a reply; another type is a reply this engine cannot read (``_reading``)."""
+    if not isinstance(value, str):
+        raise TypeError(f"text expected, got {type(value).__name__} {str(value)[:80]}")
+    return value
