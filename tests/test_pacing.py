@@ -418,3 +418,19 @@ def test_serve_and_mcp_take_pace_and_refuse_its_settings_without_it(docs_corpus,
         main([command, "--corpus", str(docs_corpus), "--pace", "--pace-max-temp", "90"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "(90 C), and --pace-max-temp at most --pace-pause-temp" in err, err
+
+
+def test_mcp_progress_and_the_chat_stream_say_what_pacing_did(tools, tmp_path):
+    """An MCP client's progress notifications and an OpenAI chat client's reasoning text name each pacing action,
+    so a client waiting through a pause is told why."""
+    from venus_edge.server.app import _progress_text
+    from venus_edge.server.mcp import _Progress
+
+    device = FakeDevice(tmp_path / "phone", cpu_c=72.0)
+    engine = ScriptedEngine([SEARCHES[0], answer_turn("Python 3.11")], n_threads=4)
+    events = [event.to_dict() for event in Agent(engine, tools, pace=pace(device)).events(QUESTION)]
+    lowered = next(event for event in events if event["type"] == "pace")
+    progress = _Progress(10)
+    messages = [update[2] for event in events if (update := progress.of(event)) is not None]
+    assert f"turn 1: pacing (threads lowered): {lowered['detail']}" in messages, messages
+    assert f"\n[pacing (threads lowered): {lowered['detail']}]\n" in "".join(_progress_text(e) for e in events)

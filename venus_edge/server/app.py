@@ -509,6 +509,8 @@ def _progress_text(event: dict[str, Any]) -> str:
         return f"[{event['name']} returned {event['observation_chars']:,} characters{read}]\n"
     if kind in ("limit_reached", "error"):
         return f"\n[{kind}: {event.get('detail') or event.get('message') or ''}]\n"
+    if kind == "pace":  # serve --pace: why the research slows down, waits or stops
+        return f"\n[pacing ({event['action'].replace('_', ' ')}): {event['detail']}]\n"
     return ""
 
 

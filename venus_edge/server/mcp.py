@@ -50,7 +50,7 @@ __all__ = ["ResearchOutput", "argument_problems", "create_mcp_server", "run_mcp"
 
 #: The event types a ``research`` call reports as progress (``text`` deltas are too many and too small).
 PROGRESS_EVENTS = frozenset({"turn_started", "tool_called", "tool_returned", "limit_reached", "context_compacted",
-                             "error"})
+                             "pace", "error"})
 #: Longest progress message, in characters (tool arguments are cut to fit).
 MAX_PROGRESS_MESSAGE = 300
 
@@ -240,6 +240,9 @@ class _Progress:
             value = turn + 0.75
             read = f"; read {', '.join(event['visited_urls'])}" if event.get("visited_urls") else ""
             message = f"turn {turn + 1}: {event['name']} returned {event['observation_chars']:,} characters{read}"
+        elif kind == "pace":  # mcp --pace: why the session slows down, waits or stops
+            value = self.last
+            message = f"turn {turn + 1}: pacing ({str(event.get('action')).replace('_', ' ')}): {event.get('detail')}"
         else:
             value = self.last
             detail = event.get("detail") or event.get("message") or event.get("policy") or ""
