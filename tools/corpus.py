@@ -351,6 +351,10 @@ def _build_index(root: Path, name: str, manifest: dict[str, Any], saved: dict[st
         stemmer=_stemmer(),
         show_progress=False,
     )
+    if not tokens.vocab:  # bm25s cannot index documents without a single term ("max() arg is an empty sequence")
+        names = ", ".join(entry.path for entry in readable[:5])
+        raise EmptyCorpusError(f"no document in {str(root)!r} has a word to search for ({names}): search needs "
+                               "documents with words (two or more letters, or a CJK character, not a stop word)")
     retriever = bm25s.BM25()
     retriever.index(tokens, show_progress=False)
     present = {path for path, _, _ in manifest["files"]}

@@ -123,6 +123,22 @@ def test_empty_corpus_error_names_folder_and_extensions(tmp_path: Path) -> None:
     assert str(tmp_path) in message and ".html" in message and ".md" in message and ".txt" in message, message
 
 
+@pytest.mark.parametrize("texts", [{"a.md": "# x"}, {"a.txt": "the a an", "b.txt": "1 2 3\n4"}, {"c.txt": "?!"}])
+def test_documents_without_a_word_to_search_are_an_empty_corpus(tmp_path: Path, texts: dict[str, str]) -> None:
+    """Readable documents that hold no term (a one-letter title, stop words, numbers alone: bm25s cannot index them)
+    are refused with the folder and the files named, and nothing is cached; one document with a word is enough."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in texts.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    with pytest.raises(EmptyCorpusError, match=r"has a word to search for") as info:
+        Corpus.open(folder, index_dir=tmp_path / "index")
+    assert str(folder) in str(info.value) and all(name in str(info.value) for name in texts)
+    (folder / "z.txt").write_text("tomllib parses TOML", encoding="utf-8")
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index")
+    assert corpus.search("tomllib")[0].url.endswith("z.txt")
+
+
 def test_full_python_docs(docs_root: Path, tmp_path: Path) -> None:
     """The whole Python documentation: indexed once, reopened from disk without reading a page, the right page
     first (times are in benchmarks/bench_tools.py)."""
