@@ -20,9 +20,10 @@ The same semantics as ``LlamaCppEngine``:
 - a grammar is sent as llama-server's ``grammar`` (GBNF); other servers ignore it.
 
 Failures: a request that gets no answer, HTTP 429 or a 5xx is retried with exponential back-off (``Retry-After``
-honoured) up to ``max_retries`` times; a stream that breaks off after it started is not retried (the server may
-have changed its cache). Either raises ``EngineConnectionError``, as does a reply this engine cannot read (a field
-missing or of another type: a server of another kind or version behind the URL).
+honoured in seconds, up to ``MAX_RETRY_AFTER_S``) up to ``max_retries`` times; a stream that breaks off after it
+started, or ends without ``[DONE]``, is not retried (the server may have changed its cache). Either raises
+``EngineConnectionError``, as does a reply this engine cannot read (a field missing or of another type, one JSON
+reply where a stream was asked for: a server of another kind or version behind the URL).
 
 Usage::
 
