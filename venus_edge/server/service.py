@@ -240,7 +240,6 @@ class ResearchService:
         self.max_queue = max_queue
         self.max_question_chars = max_question_chars
         self.keep_finished = keep_finished
-        self.pace = pace
         self._finished: collections.deque[str] = collections.deque()
         self._history: tuple[tuple[int, int], Journal] | None = None  # (size, mtime_ns) -> what it holds
         self.agents = [Agent(engine, self.tools, config=config, trajectory_path=self.journal_path, pace=pace)
@@ -425,7 +424,7 @@ class ResearchService:
         termination = "error"
         try:
             session = Agent(agent.engine, self.tools, config=handle.config, trajectory_path=self.journal_path,
-                            pace=self.pace)
+                            pace=agent.pace)
             stream = session.events(handle.question, cancel=handle.cancel, session_id=handle.session_id)
             for event in stream:
                 self._observe(event)
