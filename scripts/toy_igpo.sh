@@ -27,6 +27,11 @@
 # back and its evaluations compared), so an interrupted run loses only the seed it was in and seeds can run in separate
 # invocations, each after its toy_sft.sh seed (then run once more with all of them for the pooled comparison);
 # FRESH=1 redoes every seed.
+# RESULTS=DIR keeps each finished seed's record where a machine that is not this one can read it (a folder in the
+# repository: benchmarks/results/detour-igpo for the powered run): its rows, its settings and its evaluations'
+# summary.json files. A seed recorded there with the same settings is restored from it,
+# without its SFT checkpoint (made on the machine that recorded it: the SFT hash is not compared), so a run spread
+# over machines loses only the seed each was in. scripts/toy_powered.sh runs the powered design that way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SFT_OUT=${1:-runs/toy-sft}
@@ -43,6 +48,7 @@ GAMMA=${GAMMA:-0.95}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 SAMPLES=${SAMPLES:-4}
 RESAMPLES=${RESAMPLES:-10000}
+RESULTS=${RESULTS:-}
 mkdir -p "$OUT"
 source scripts/toy_eval.sh
 SAMPLED=(--temperature "$TEMPERATURE" --k "$SAMPLES")
@@ -56,12 +62,33 @@ row() {  # row SEED MODEL EVAL_DIR SAMPLED_DIR WORLD REWARDS SECONDS: to the sum
   echo "$line" | tee -a "$OUT/summary.md" >> "$OUT/seed-$1.rows.partial"
   echo "$line"
 }
+evaluations() {  # evaluations SEED -> the evaluation folders of that seed, relative to OUT
+  local mode
+  echo "seed-$1-sft"
+  [ "$SAMPLES" = 0 ] || echo "seed-$1-sft-sampled"
+  for mode in $MODES; do
+    echo "seed-$1-$mode/eval"
+    [ "$SAMPLES" = 0 ] || echo "seed-$1-$mode/eval-sampled"
+  done
+}
+without_sft() { sed 's/ sft=[^ ]*//' "$@"; }  # settings without the SFT checkpoint's hash
 for SEED in $SEEDS; do
+  COMMON="modes=$MODES rollout_server=$ROLLOUT_SERVER steps=$STEPS questions=$QUESTIONS group=$GROUP lr=$LR"
+  COMMON+=" temperature=$TEMPERATURE gamma=$GAMMA eval_limit=$EVAL_LIMIT samples=$SAMPLES"
+  COMMON+=" max_turns=$MAX_TURNS max_tokens=$MAX_TOKENS"
+  if [ -z "${FRESH:-}" ] && [ -n "$RESULTS" ] && [ -f "$RESULTS/seed-$SEED.rows.md" ] && \
+     [ "$(without_sft "$RESULTS/seed-$SEED.settings" 2>/dev/null)" = "seed=$SEED $COMMON" ]; then
+    for EVAL in $(evaluations "$SEED"); do
+      rm -rf "${OUT:?}/$EVAL" && mkdir -p "$OUT/$EVAL"  # an unfinished evaluation has no summary (its row: "-")
+      [ ! -f "$RESULTS/${EVAL//\//-}.summary.json" ] || cp "$RESULTS/${EVAL//\//-}.summary.json" "$OUT/$EVAL/summary.json"
+    done
+    cp "$RESULTS/seed-$SEED.rows.md" "$RESULTS/seed-$SEED.settings" "$OUT/"
+    cat "$OUT/seed-$SEED.rows.md" >> "$OUT/summary.md"
+    echo "seed $SEED: recorded in $RESULTS with these settings, restored"
+    continue
+  fi
   SFT="$(cd "$SFT_OUT/seed-$SEED" && pwd)"
-  SETTINGS="seed=$SEED sft=$(sha1sum < "$SFT/run/final/model.safetensors" | cut -c1-16) modes=$MODES"
-  SETTINGS+=" rollout_server=$ROLLOUT_SERVER steps=$STEPS questions=$QUESTIONS group=$GROUP lr=$LR"
-  SETTINGS+=" temperature=$TEMPERATURE gamma=$GAMMA eval_limit=$EVAL_LIMIT samples=$SAMPLES"
-  SETTINGS+=" max_turns=$MAX_TURNS max_tokens=$MAX_TOKENS"
+  SETTINGS="seed=$SEED sft=$(sha1sum < "$SFT/run/final/model.safetensors" | cut -c1-16) $COMMON"
   if [ -z "${FRESH:-}" ] && [ -f "$OUT/seed-$SEED.rows.md" ] && \
      [ "$(cat "$OUT/seed-$SEED.settings" 2>/dev/null)" = "$SETTINGS" ]; then
     cat "$OUT/seed-$SEED.rows.md" >> "$OUT/summary.md"
@@ -113,6 +140,14 @@ print(f\"{rows[0]['reward']} | {rows[-1]['reward']}\")")
   done
   mv "$OUT/seed-$SEED.rows.partial" "$OUT/seed-$SEED.rows.md"
   echo "$SETTINGS" > "$OUT/seed-$SEED.settings"  # last: the seed is whole
+  if [ -n "$RESULTS" ]; then  # the record: summaries first, the settings last (a record without them is not one)
+    mkdir -p "$RESULTS"
+    for EVAL in $(evaluations "$SEED"); do
+      [ ! -f "$OUT/$EVAL/summary.json" ] || cp "$OUT/$EVAL/summary.json" "$RESULTS/${EVAL//\//-}.summary.json"
+    done
+    cp "$OUT/seed-$SEED.rows.md" "$RESULTS/"
+    cp "$OUT/seed-$SEED.settings" "$RESULTS/"
+  fi
 done
 
 eval_dir() {  # eval_dir SEED MODEL greedy|sampled -> the folder of that evaluation
