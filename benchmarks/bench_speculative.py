@@ -2,7 +2,9 @@
 every variant producing the same turns, beside llama.cpp's own ``llama-server`` with its speculative options.
 
     .venv/bin/python benchmarks/bench_speculative.py --model TARGET.gguf --draft-model DRAFT.gguf [--threads 2]
-        [--journal FILE] [--out DIR]
+        [--journal FILE] [--out DIR] [--gpu-layers N]
+
+``--gpu-layers -1`` runs every variant on the GPU (a llama.cpp built with one; ``scripts/gpu_speculative.sh``).
 
 ``bash scripts/bench_models.sh`` assembles Qwen2.5-Coder-1.5B (target) and 0.5B (draft) Q4_K_M. Measured, in this
 order, in one process (every llama.cpp call on one thread: OpenMP keeps one thread team per calling thread):
@@ -70,8 +72,9 @@ def replay(engine: Any, session: Trajectory) -> dict[str, Any]:
 class RawReplay:
     """Raw llama-cpp-python as an ``Engine`` enough for ``replay``: ``Llama.generate`` per turn (its prefix reuse)."""
 
-    def __init__(self, model: Path, threads: int) -> None:
-        self.llm = llama_cpp.Llama(str(model), n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads, verbose=False)
+    def __init__(self, model: Path, threads: int, gpu_layers: int = 0) -> None:
+        self.llm = llama_cpp.Llama(str(model), n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads, verbose=False,
+                                   n_gpu_layers=gpu_layers)
         self.n_ctx = N_CTX
 
     def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
@@ -130,13 +133,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-speculative"))
     parser.add_argument("--no-server", action="store_true", help="leave out llama-server")
     parser.add_argument("--turns", type=int, default=0, help="replay the first N assistant turns only (0: all)")
+    parser.add_argument("--gpu-layers", type=int, default=0, help="layers on the GPU, every variant (-1: all)")
     args = parser.parse_args()
     session = load_session(args.journal)
     if args.turns:
         ends = [i for i, m in enumerate(session.messages) if m["role"] == "assistant"]
         if len(ends) > args.turns:
             session = replace(session, messages=session.messages[: ends[args.turns - 1] + 1])
-    report: dict[str, Any] = {"model": str(args.model), "draft_model": str(args.draft_model), "threads": args.threads}
+    report: dict[str, Any] = {"model": str(args.model), "draft_model": str(args.draft_model), "threads": args.threads,
+                              "gpu_layers": args.gpu_layers}
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:
@@ -155,7 +160,7 @@ def main() -> None:
                 report["session"][name]["draft_length"] = speculation.summary()
         save()
 
-    base = {"n_ctx": N_CTX, "n_threads": args.threads, "helper_n_ctx": 8192}
+    base = {"n_ctx": N_CTX, "n_threads": args.threads, "helper_n_ctx": 8192, "gpu_layers": args.gpu_layers}
     variant("ours plain", lambda: LlamaCppEngine(args.model, **base))
     variant("ours plain, batch-invariant", lambda: LlamaCppEngine(args.model, batch_invariant=True, **base),
             curve=True, visit=True)
@@ -167,7 +172,7 @@ def main() -> None:
                 lambda: LlamaCppEngine(args.model, draft=args.draft_model, draft_tokens=4, **base))
     with LlamaCppEngine(args.model, **base) as host:  # raw on the same decode thread as ours (one OpenMP team)
         print("raw llama-cpp-python ...", flush=True)
-        raw = host._on_decode_thread(RawReplay, args.model, args.threads)
+        raw = host._on_decode_thread(RawReplay, args.model, args.threads, args.gpu_layers)
         report["session"]["raw llama-cpp-python"] = host._on_decode_thread(replay, raw, session)
         host._on_decode_thread(raw.llm.close)
     save()
@@ -175,6 +180,10 @@ def main() -> None:
         servers = {"llama-server plain": [], "llama-server ngram-simple": ["--spec-type", "ngram-simple"]}
         if args.draft_model:
             servers["llama-server draft model"] = ["-md", str(args.draft_model), "--spec-type", "draft-simple"]
+        if args.gpu_layers:
+            gpu = ["-ngl", str(args.gpu_layers)]
+            servers = {name: [*extra, *gpu, *(["-ngld", str(args.gpu_layers)] if "-md" in extra else [])]
+                       for name, extra in servers.items()}
         for name, extra in servers.items():
             print(f"{name} ...", flush=True)
             try:
@@ -191,8 +200,9 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
     plain = sessions["ours plain, batch-invariant"]
     ours_texts = {name: s.get("texts") for name, s in sessions.items() if name.startswith("ours")}
     same = all(texts == plain["texts"] for texts in ours_texts.values())
+    where = f", {report['gpu_layers']} layers on the GPU" if report.get("gpu_layers") else ""
     lines = [f"# Time to answer: {Path(report['model']).name}, draft {Path(report['draft_model']).name}, "
-             f"{report['threads']} threads", "",
+             f"{report['threads']} threads{where}", "",
              f"Greedy turns the same in every variant of ours: {'yes' if same else 'NO'}", "",
              "| variant | wall s | / ours plain (b-i) | decode tok/s | prefill tok/s | drafted | accepted | "
              "tokens/step |", "|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -92,6 +92,9 @@ class LlamaCppEngine:
         batch_invariant: load the weights in the GGUF's own layout and turn flash attention on, so that a
             position's logits are bit-identical in a batch and alone (``llama_load.weights_not_repacked``); default
             off (llama.cpp's repacked weights prefill faster), on with ``draft``.
+        gpu_layers: layers whose weights and KV cache go to the GPU (llama.cpp ``n_gpu_layers``): 0 (default) none,
+            -1 all; the draft model's too. Needs a llama-cpp-python built with a GPU backend (e.g.
+            ``CMAKE_ARGS=-DGGML_CUDA=on``). The memory planner still plans for the CPU's RAM.
         prompt_cache_dir: a folder for the persistent prompt cache (``venus_edge.engines.prompt_cache``): the KV
             state of the system prompt up to its date line is saved there and restored by the next engine on this
             model; default None (off). The CLI uses ``default_prompt_cache_dir()``.
@@ -104,7 +107,8 @@ class LlamaCppEngine:
             is written to standard error first (``venus_edge.engines.llama_load``).
         MemoryPlanError: the planner finds no context that fits the RAM budget (the message says what would), or
             a fixed ``n_ctx`` needs more memory than the machine has (``refuse_beyond_machine``).
-        ValueError: ``n_threads`` above llama.cpp's limit (``venus_edge.memory.MAX_THREADS``).
+        ValueError: ``n_threads`` above llama.cpp's limit (``venus_edge.memory.MAX_THREADS``); ``gpu_layers``
+            below -1, or above 0 on a llama.cpp build without GPU offload (``check_gpu_layers``).
         ModelLoadError: the draft GGUF's vocabulary is not the model's (``check_same_vocabulary``).
     """
 
@@ -128,8 +132,10 @@ class LlamaCppEngine:
         draft: str | os.PathLike[str] | None = None,
         batch_invariant: bool | None = None,
         draft_tokens: int | None = None,
+        gpu_layers: int = 0,
     ) -> None:
         self.model_path = Path(model_path)
+        check_gpu_layers(gpu_layers)
         if draft_tokens is not None:
             DraftLength(fixed=draft_tokens)  # its bounds, before anything loads
         if draft not in (None, "off") and batch_invariant is False:
@@ -165,10 +171,13 @@ class LlamaCppEngine:
                     flash_attn=plan.flash_attn,
                     type_k=plan.type_k,
                     type_v=plan.type_v,
+                    n_gpu_layers=gpu_layers,
                 )
             except (ValueError, RuntimeError) as exc:
                 raise ModelLoadError(self.model_path, failure_reason(exc, errors)) from exc
         self.n_threads = threads
+        #: Layers offloaded to the GPU (llama.cpp ``n_gpu_layers``; -1 all, 0 none).
+        self.gpu_layers = gpu_layers
         self.seed = seed
         self.vocabulary = Vocabulary(self._llm._model, self._llm.metadata)
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-decode")
@@ -186,7 +195,7 @@ class LlamaCppEngine:
         self.draft_tokens = draft_tokens
         try:
             if self.draft is not None and self.draft != "lookup":
-                self._draft_model = DraftModel(self.draft, n_threads=threads)
+                self._draft_model = DraftModel(self.draft, n_threads=threads, gpu_layers=gpu_layers)
                 check_same_vocabulary(self.vocabulary, self._draft_model.vocabulary, self.model_path,
                                       self._draft_model.path)
             self._speculation = self._speculator(self.n_ctx)
@@ -293,6 +302,7 @@ class LlamaCppEngine:
             "n_ctx": self.n_ctx,
             "n_ctx_train": self._llm._model.n_ctx_train(),
             "n_threads": self.n_threads,
+            "gpu_layers": self.gpu_layers,
             "kv_type": self.memory_plan.kv_type,
             "flash_attn": self.memory_plan.flash_attn,
             "draft": self.draft,
@@ -393,6 +403,21 @@ class _HelperContext:
 
     def close(self) -> None:
         self.llm._stack.close()
+
+
+def check_gpu_layers(gpu_layers: int) -> None:
+    """Refuse a ``gpu_layers`` that llama.cpp would ignore without a word.
+
+    Raises:
+        ValueError: below -1 (``n_gpu_layers``: -1 is all), or not 0 while this llama.cpp build has no GPU backend
+            (``llama_supports_gpu_offload``): the model would run on the CPU while the caller expects a GPU.
+    """
+    if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or gpu_layers < -1:
+        raise ValueError(f"gpu_layers must be -1 (all), 0 (none) or a number of layers, not {gpu_layers!r}")
+    if gpu_layers and not llama_cpp.llama_supports_gpu_offload():
+        raise ValueError(f"gpu_layers={gpu_layers} asks for the GPU, but this llama-cpp-python was built without a "
+                         "GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on for NVIDIA, -DGGML_METAL=on "
+                         "on Apple, -DGGML_VULKAN=on) or leave gpu_layers at 0")
 
 
 def _n_ctx(llm: llama_cpp.Llama) -> int:

@@ -124,12 +124,13 @@ class DraftModel:
     Args:
         path: the draft GGUF.
         n_threads: llama.cpp threads (the target's).
+        gpu_layers: layers offloaded to the GPU (the target's; ``LlamaCppEngine``).
 
     Raises:
         ModelNotFoundError, ModelLoadError: as ``LlamaCppEngine``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, n_threads: int) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, n_threads: int, gpu_layers: int = 0) -> None:
         import llama_cpp
         from llama_cpp import _internals
         from llama_cpp._logger import set_verbose
@@ -144,10 +145,11 @@ class DraftModel:
         read_model_header(self.path)  # its values bounded before llama.cpp sees them
         self.n_threads = n_threads
         set_verbose(False)
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
         with llama_diagnostics(self.path) as errors:
             try:
-                self.model = _internals.LlamaModel(path_model=str(self.path),
-                                                   params=llama_cpp.llama_model_default_params(), verbose=False)
+                self.model = _internals.LlamaModel(path_model=str(self.path), params=params, verbose=False)
             except ValueError as exc:
                 raise ModelLoadError(self.path, failure_reason(exc, errors)) from exc
         self.vocabulary = Vocabulary(self.model, self.model.metadata())
