@@ -6,7 +6,8 @@ from __future__ import annotations
 import llama_cpp
 import pytest
 
-from venus_edge.engines.llama_cpp import LlamaCppEngine, check_gpu_layers
+from venus_edge.engines.llama_cpp import LlamaCppEngine
+from venus_edge.engines.llama_load import check_gpu_layers
 
 
 @pytest.mark.parametrize("value", [-2, -100, True, 1.5, "all", None])
@@ -27,12 +28,90 @@ def test_the_layers_reach_llama_cpp_and_the_model_facts(smollm2_gguf, monkeypatc
     """On a CPU build llama.cpp keeps every layer on the CPU whatever it is asked, so the check is what it was
     asked: the model parameters llama-cpp-python built from ``n_gpu_layers``, for the model and its draft model."""
     with LlamaCppEngine(smollm2_gguf, n_ctx=512) as engine:
-        assert engine.model_info()["gpu_layers"] == 0
+        assert engine.model_info()["gpu_layers"] == 0 and engine.model_info()["flash_attn"] is False
         assert engine._llm.model_params.n_gpu_layers == 0
     monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)  # as a CUDA build answers
+    with LlamaCppEngine(smollm2_gguf, n_ctx=512, gpu_layers=-1) as engine:
+        assert engine.model_info()["flash_attn"] is True  # faster on the GPU (README, On a GPU)
+    with LlamaCppEngine(smollm2_gguf, n_ctx=512, gpu_layers=-1, flash_attn=False) as engine:
+        assert engine.model_info()["flash_attn"] is False  # asked for: kept
     with LlamaCppEngine(smollm2_gguf, n_ctx=512, gpu_layers=7, draft=smollm2_gguf) as engine:
         assert engine.model_info()["gpu_layers"] == 7
         assert engine._llm.model_params.n_gpu_layers == 7
         assert engine._draft_model is not None
         draft_params = engine._draft_model.model.params
         assert draft_params.n_gpu_layers == 7
+
+
+# ---------------------------------------------------------------------------------------------- the CLI flag
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [["research", "q"], ["eval", "pydocs"], ["serve"], ["mcp"]])
+def test_gpu_layers_is_a_flag_of_every_command_that_loads_a_session_engine(command, tmp_path):
+    from venus_edge.cli import build_parser
+    from venus_edge.session import SessionSettings
+
+    parser = build_parser()
+    assert parser.parse_args(command).gpu_layers == 0  # the CPU unless asked
+    assert parser.parse_args([*command, "--gpu-layers", "-1"]).gpu_layers == -1
+    args = parser.parse_args([*command, "--gpu-layers", "20", "--corpus", str(tmp_path)])
+    assert SessionSettings.from_args(args).gpu_layers == 20
+
+
+@pytest.mark.parametrize("value", ["-2", "all", "1.5", ""])
+def test_a_gpu_layers_value_llama_cpp_does_not_define_is_a_usage_error(value, capsys):
+    from venus_edge.cli import build_parser
+
+    with pytest.raises(SystemExit) as usage:
+        build_parser().parse_args(["research", "q", "--gpu-layers", value])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --gpu-layers" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("flags", [
+    ["research", "Which module reads TOML?"],
+    ["research", "Which module reads TOML?", "--samples", "2"],
+    ["research", "Which module reads TOML?", "--engine", "openai", "--base-url", "http://127.0.0.1:9"],
+], ids=["one", "samples", "openai"])
+def test_gpu_layers_where_it_cannot_apply_is_one_line_before_any_model_loads(flags, docs_corpus, monkeypatch,
+                                                                              capsys):
+    """On this CPU build: the in-process engines say that llama-cpp-python has no GPU backend and how to get one;
+    a model server is told to use its own option. The model does not exist: the refusal comes first."""
+    from venus_edge.cli import main
+
+    code = main([*flags, "--model", "/nonexistent/model.gguf", "--corpus", str(docs_corpus), "--gpu-layers", "-1"])
+    assert code == 3
+    message = _error_line(capsys)
+    assert message.startswith("error: --gpu-layers") and "not found" not in message, message
+    if "--engine" in flags:
+        assert "does not apply to --engine openai" in message and "drop --gpu-layers" in message, message
+    elif not llama_cpp.llama_supports_gpu_offload():
+        assert "without a GPU backend" in message and "GGML_CUDA=on" in message, message
+
+
+def test_the_batched_engine_takes_the_layers_too(smollm2_gguf, tmp_path, monkeypatch):
+    """Several rollouts at once: the batched engine's model gets ``n_gpu_layers`` and flash attention (faster on a
+    GPU); without layers on the GPU it keeps its CPU settings."""
+    from venus_edge.session import SessionSettings, _load_engine
+
+    settings = SessionSettings(model=str(smollm2_gguf), replay=tmp_path, threads=1, n_ctx=512)
+    engine = _load_engine(settings, 2)
+    try:
+        assert engine.model_info()["gpu_layers"] == 0 and engine._model.params.n_gpu_layers == 0
+    finally:
+        engine.close()
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)  # as a CUDA build answers
+    engine = _load_engine(SessionSettings(model=str(smollm2_gguf), replay=tmp_path, threads=1, n_ctx=512,
+                                          gpu_layers=3), 2)
+    try:
+        assert engine.model_info()["gpu_layers"] == 3 and engine._model.params.n_gpu_layers == 3
+    finally:
+        engine.close()

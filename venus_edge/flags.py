@@ -31,7 +31,8 @@ SETTING_FLAGS = {
     "n_ctx": "--n-ctx", "answer_reserve_tokens": "--answer-reserve", "context_policy": "--context-policy",
     "max_tokens": "--max-tokens", "max_turns": "--max-turns", "time_limit_s": "--time-limit", "n_threads": "--threads",
     "kv_type": "--kv-type", "ram_bytes": "--ram", "keep_last": "--keep-last", "min_tool_calls": "--min-tool-calls",
-    "draft": "--draft", "python": "--python", "python_unsandboxed_network": "--python-unsandboxed-network",
+    "draft": "--draft", "gpu_layers": "--gpu-layers", "python": "--python",
+    "python_unsandboxed_network": "--python-unsandboxed-network",
     "strict": "--strict", "observation_style": "--observation-style",
 }
 
@@ -109,6 +110,9 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
                         help=f"CPU threads (default: the performance cores, {physical_cores()} here)")
     add_memory_arguments(parser)
     add_draft_argument(parser)
+    parser.add_argument("--gpu-layers", type=count_argument(-1), default=0, metavar="N",
+                        help="layers on the GPU, -1 for all (default 0: the CPU); needs llama-cpp-python built with "
+                             "a GPU backend, e.g. CMAKE_ARGS=-DGGML_CUDA=on (README, On a GPU)")
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="do not save or restore the system prompt's KV state (kept under "
                              "$XDG_CACHE_HOME/venus-edge/prompt-cache; see README, Prompt cache)")

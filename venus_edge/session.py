@@ -76,6 +76,8 @@ class SessionSettings:
         ram_bytes: RAM budget in bytes for the model and its context (None: the memory available now).
         draft: speculative decoding (``LlamaCppEngine``'s ``draft``): ``lookup``, the path of a draft GGUF with the
             model's vocabulary, or None (off). In-process engines only; several samples at once draft by lookup only.
+        gpu_layers: layers on the GPU (``LlamaCppEngine``'s ``gpu_layers``: -1 all, 0 none); in-process engines
+            built with a GPU backend only.
         prompt_cache: save and restore the system prompt's KV state (README, Prompt cache).
         temperature: sampling temperature.
         seed: sampling seed.
@@ -117,6 +119,7 @@ class SessionSettings:
     kv_type: KVType | None = None
     ram_bytes: int | None = None
     draft: str | None = None
+    gpu_layers: int = 0
     prompt_cache: bool = True
     temperature: float = 1.0
     seed: int = 0
@@ -153,7 +156,8 @@ class SessionSettings:
             allow_network=tuple(args.allow_network), search_results=args.search_results,
             extractive_visit=args.extractive_visit, max_turns=args.max_turns, max_tokens=args.max_tokens,
             time_limit_s=args.time_limit, n_ctx=args.n_ctx, threads=args.threads, kv_type=args.kv_type,
-            ram_bytes=args.ram, draft=args.draft, prompt_cache=not args.no_prompt_cache, temperature=args.temperature,
+            ram_bytes=args.ram, draft=args.draft, gpu_layers=args.gpu_layers, prompt_cache=not args.no_prompt_cache,
+            temperature=args.temperature,
             seed=args.seed,
             strict=args.strict, min_tool_calls=args.min_tool_calls, required_calls=tuple(args.require_calls),
             context_policy=args.context_policy,
@@ -320,6 +324,17 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
     if (settings.kv_type or settings.ram_bytes) and (settings.engine == "openai" or samples > 1):
         raise SetupError("--kv-type and --ram plan the in-process engine of one rollout at a time; they do not "
                          "apply to --engine openai or to several samples at once")
+    if settings.gpu_layers and settings.engine == "openai":
+        raise SetupError("--gpu-layers places the in-process engine's layers; it does not apply to --engine openai "
+                         "(the model server has its own option, e.g. llama-server -ngl): drop --gpu-layers")
+    if settings.gpu_layers and settings.engine != "openai":
+        import llama_cpp
+
+        if not llama_cpp.llama_supports_gpu_offload():
+            raise SetupError(f"--gpu-layers {settings.gpu_layers} asks for the GPU, but this llama-cpp-python was "
+                             "built without a GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on pip "
+                             "install --force-reinstall --no-cache-dir llama-cpp-python for NVIDIA; README, On a "
+                             "GPU), or drop --gpu-layers")
     if settings.draft and settings.engine == "openai":
         raise SetupError("--draft (speculative decoding) runs in the in-process engine; it does not apply to --engine "
                          "openai (a model server drafts with its own options, e.g. llama-server --model-draft): drop "
@@ -341,14 +356,14 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
 
         window = settings.n_ctx or DEFAULT_SAMPLE_N_CTX
         return BatchedLlamaCppEngine(path, n_seq=samples, n_ctx=window * samples, n_threads=settings.threads,
-                                     draft=settings.draft)
+                                     draft=settings.draft, gpu_layers=settings.gpu_layers)
     from venus_edge.engines.llama_cpp import LlamaCppEngine
     from venus_edge.engines.prompt_cache import default_prompt_cache_dir
 
     prompt_cache_dir = default_prompt_cache_dir() if settings.prompt_cache else None
     return LlamaCppEngine(path, n_ctx=settings.n_ctx, n_threads=settings.threads, seed=settings.seed,
                           prompt_cache_dir=prompt_cache_dir, kv_type=settings.kv_type, ram_bytes=settings.ram_bytes,
-                          draft=settings.draft)
+                          draft=settings.draft, gpu_layers=settings.gpu_layers)
 
 
 class _EngineWhenLoaded:

@@ -64,7 +64,7 @@ from venus_edge.engines.base import (
     shared_prefix_length,
 )
 from venus_edge.engines.decode import sampler_chain
-from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
+from venus_edge.engines.llama_load import check_gpu_layers, failure_reason, llama_diagnostics
 from venus_edge.engines.speculative import DraftLength, PromptLookup
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
@@ -140,7 +140,9 @@ class BatchedLlamaCppEngine:
         kv_cache_f32: bool = False,
         draft: str | None = None,
         draft_tokens: int | None = None,
+        gpu_layers: int = 0,
     ) -> None:
+        check_gpu_layers(gpu_layers)
         if n_seq < 1:
             raise ValueError(f"n_seq must be >= 1, got {n_seq}")
         if draft not in (None, "off", "lookup"):
@@ -164,16 +166,19 @@ class BatchedLlamaCppEngine:
         refuse_beyond_machine(header, estimate_memory(header, n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else "f16",
                                                       n_batch=self.n_batch, n_threads=self.n_threads))
         set_verbose(False)  # llama.cpp logs through llama-cpp-python's logger, as LlamaCppEngine(verbose=False) sets it
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = self.gpu_layers = gpu_layers
         with llama_diagnostics(self.model_path) as errors:
             try:
-                self._model = _internals.LlamaModel(path_model=str(self.model_path),
-                                                    params=llama_cpp.llama_model_default_params(), verbose=False)
+                self._model = _internals.LlamaModel(path_model=str(self.model_path), params=model_params,
+                                                    verbose=False)
             except ValueError as exc:
                 raise ModelLoadError(self.model_path, failure_reason(exc, errors)) from exc
         params = llama_cpp.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, self.n_batch, self.n_batch
         params.n_seq_max, params.kv_unified = n_seq + 1, True
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as LlamaCppEngine (llama-cpp-python)
+        params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if gpu_layers  # as LlamaCppEngine
+                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.n_threads = params.n_threads_batch = self.n_threads
         if kv_cache_f32:
             params.type_k = params.type_v = 0
@@ -217,7 +222,7 @@ class BatchedLlamaCppEngine:
         meta = self._model.metadata()
         return {"path": str(self.model_path), "name": meta.get("general.name", self.model_path.stem),
                 "architecture": meta.get("general.architecture"), "n_ctx": self.n_ctx_total // self.n_seq,
-                "n_seq": self.n_seq, "n_threads": self.n_threads, "draft": self.draft}
+                "n_seq": self.n_seq, "n_threads": self.n_threads, "gpu_layers": self.gpu_layers, "draft": self.draft}
 
     def close(self) -> None:
         """Stop the scheduler and free the context and the model. Further calls raise ``EngineStateError``."""

@@ -32,7 +32,7 @@ from llama_cpp import _internals
 
 from venus_edge.engines.base import Completion, SamplingParams, StopTextRule, TokenCallback
 from venus_edge.engines.decode import KVContext, decode_loop
-from venus_edge.engines.llama_load import failure_reason, llama_diagnostics, weights_not_repacked
+from venus_edge.engines.llama_load import check_gpu_layers, failure_reason, llama_diagnostics, weights_not_repacked
 from venus_edge.engines.prompt_cache import PromptCache
 from venus_edge.engines.speculative import Drafter, DraftLength, DraftModel, PromptLookup, check_same_vocabulary
 from venus_edge.engines.vocab import Vocabulary
@@ -76,8 +76,8 @@ class LlamaCppEngine:
         kv_cache_f32: keep the KV cache in F32 (for parity checks; F16 otherwise); same as ``kv_type="f32"``.
         kv_type: KV-cache type, ``f16``, ``q8_0`` or ``q4_0`` (llama.cpp ``type_k``/``type_v``); default f16 with
             ``n_ctx`` given, else the planner's choice.
-        flash_attn: llama.cpp flash attention; default off, on for a quantized KV cache (which needs it) or when
-            the planner needs its smaller compute buffer.
+        flash_attn: llama.cpp flash attention; default off, on for a quantized KV cache (which needs it), when
+            the planner needs its smaller compute buffer, or with ``gpu_layers`` (faster on the GPU measured).
         ram_bytes: the RAM budget the planner fits the context into (default: available now); with ``n_ctx``
             given, settings that do not fit are refused only when this is given.
         helper_n_ctx: context window in tokens of the second context that ``complete`` uses (``visit``'s
@@ -144,8 +144,8 @@ class LlamaCppEngine:
         #: Logits of a position are the same in a batch of several tokens as alone (``weights_not_repacked`` and
         #: flash attention); on with drafting.
         self.batch_invariant = bool(batch_invariant) or draft not in (None, "off")
-        if self.batch_invariant:
-            flash_attn = True
+        if self.batch_invariant or (gpu_layers and flash_attn is None):
+            flash_attn = True  # on a GPU: measured faster there (README, On a GPU)
         check_gguf_file(self.model_path)
         threads = n_threads or default_threads()
         check_threads(threads)
@@ -403,21 +403,6 @@ class _HelperContext:
 
     def close(self) -> None:
         self.llm._stack.close()
-
-
-def check_gpu_layers(gpu_layers: int) -> None:
-    """Refuse a ``gpu_layers`` that llama.cpp would ignore without a word.
-
-    Raises:
-        ValueError: below -1 (``n_gpu_layers``: -1 is all), or not 0 while this llama.cpp build has no GPU backend
-            (``llama_supports_gpu_offload``): the model would run on the CPU while the caller expects a GPU.
-    """
-    if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or gpu_layers < -1:
-        raise ValueError(f"gpu_layers must be -1 (all), 0 (none) or a number of layers, not {gpu_layers!r}")
-    if gpu_layers and not llama_cpp.llama_supports_gpu_offload():
-        raise ValueError(f"gpu_layers={gpu_layers} asks for the GPU, but this llama-cpp-python was built without a "
-                         "GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on for NVIDIA, -DGGML_METAL=on "
-                         "on Apple, -DGGML_VULKAN=on) or leave gpu_layers at 0")
 
 
 def _n_ctx(llm: llama_cpp.Llama) -> int:

@@ -128,6 +128,21 @@ def weights_not_repacked() -> Iterator[None]:
             module.llama_model_default_params = default_params
 
 
+def check_gpu_layers(gpu_layers: int) -> None:
+    """Refuse a ``gpu_layers`` that llama.cpp would ignore without a word.
+
+    Raises:
+        ValueError: below -1 (``n_gpu_layers``: -1 is all), or not 0 while this llama.cpp build has no GPU backend
+            (``llama_supports_gpu_offload``): the model would run on the CPU while the caller expects a GPU.
+    """
+    if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or gpu_layers < -1:
+        raise ValueError(f"gpu_layers must be -1 (all), 0 (none) or a number of layers, not {gpu_layers!r}")
+    if gpu_layers and not llama_cpp.llama_supports_gpu_offload():
+        raise ValueError(f"gpu_layers={gpu_layers} asks for the GPU, but this llama-cpp-python was built without a "
+                         "GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on for NVIDIA, -DGGML_METAL=on "
+                         "on Apple, -DGGML_VULKAN=on) or leave gpu_layers at 0")
+
+
 def failure_reason(error: Exception, errors: list[str]) -> str:
     """The reason for a ``ModelLoadError``: llama-cpp-python's exception and the error lines llama.cpp logged."""
     logged = "; ".join(line for line in errors if line)
