@@ -124,7 +124,8 @@ def test_heat_lowers_the_threads_pauses_until_the_zone_cools_and_gives_the_threa
     for event in paced(events):
         progress.show(event)
     lines = out.getvalue().splitlines()
-    assert lines[0] == f"  ~ pace (threads lowered): {lowered.detail}" and lines[1].startswith("  ~ pace (paused): ")
+    assert lines[0] == f"  ~ pacing (threads lowered): {lowered.detail}"
+    assert lines[1].startswith("  ~ pacing (paused): ")
 
 
 def test_a_pause_starts_when_no_thread_is_left_to_take_away_and_ends_at_its_limit(tools, tmp_path):
@@ -325,7 +326,7 @@ def test_cli_pace_stops_on_a_low_battery_and_the_resumed_session_slows_down_when
     code = main(["research", QUESTION, *model, "--out", str(journal), "--max-turns", "1", "--max-tokens", "48"])
     captured = capsys.readouterr()
     assert code == 1, captured.err
-    assert "~ pace (battery stop): battery battery at 5% and discharging, below the 15% floor" in captured.err
+    assert "~ pacing (battery stop): battery battery at 5% and discharging, below the 15% floor" in captured.err
     assert f"resume with: venus-edge research --resume {journal}" in captured.err
     assert captured.out.startswith("Stopped: battery low (resumable) (termination 'battery_low').")
     [trajectory] = read_journal(journal).trajectories
@@ -336,7 +337,7 @@ def test_cli_pace_stops_on_a_low_battery_and_the_resumed_session_slows_down_when
     code = main(["research", "--resume", str(journal), *model, "--json"])
     captured = capsys.readouterr()
     assert code in (0, 1), captured.err
-    assert "~ pace (threads lowered): cpu-thermal at 76.0 C, at or above 75 C: threads 2 -> 1" in captured.err
+    assert "~ pacing (threads lowered): cpu-thermal at 76.0 C, at or above 75 C: threads 2 -> 1" in captured.err
     assert json.loads(captured.out)["termination"] != BATTERY_LOW
     [whole] = read_journal(journal).trajectories
     assert whole.end and [(r["action"], r["n_threads"]) for r in whole.paces] == [("battery_stop", 2),

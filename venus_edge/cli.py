@@ -499,7 +499,7 @@ class _Progress:
         if isinstance(event, ErrorRaised):
             return f"  ! error in {event.where}: {event.message}"
         if isinstance(event, Paced):
-            return f"  ~ pace ({event.action.replace('_', ' ')}): {event.detail}"
+            return f"  ~ {Paced.words(event.action, event.detail)}"
         if isinstance(event, SessionFinished):
             result = event.result
             return f"finished: {result.termination} after {result.turns} turns in {result.elapsed_s:.1f} s"

@@ -211,6 +211,12 @@ class Paced(Event):
     n_threads: int | None = None
     waited_s: float | None = None
 
+    @staticmethod
+    def words(action: str, detail: str) -> str:
+        """What every surface shows of a pace event (the CLI's progress, MCP progress, the chat stream), from its
+        ``action`` and ``detail`` (an event's, or a serialized one's): ``pacing (threads lowered): DETAIL``."""
+        return f"pacing ({action.replace('_', ' ')}): {detail}"
+
 
 @dataclass(frozen=True)
 class ErrorRaised(Event):

@@ -58,6 +58,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from venus_edge.agent import unvisited_citations
+from venus_edge.events import Paced
 from venus_edge.protocol import is_observation, observation_text
 from venus_edge.result import NO_SOURCES, TERMINATIONS, Result
 from venus_edge.server import webapp
@@ -510,7 +511,7 @@ def _progress_text(event: dict[str, Any]) -> str:
     if kind in ("limit_reached", "error"):
         return f"\n[{kind}: {event.get('detail') or event.get('message') or ''}]\n"
     if kind == "pace":  # serve --pace: why the research slows down, waits or stops
-        return f"\n[pacing ({event['action'].replace('_', ' ')}): {event['detail']}]\n"
+        return f"\n[{Paced.words(event['action'], event['detail'])}]\n"
     return ""
 
 

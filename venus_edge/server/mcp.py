@@ -39,6 +39,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, ValidationError
 
+from venus_edge.events import Paced
 from venus_edge.result import Result
 from venus_edge.server.service import QueueFullError, ResearchService, SessionRequest, answer_with_sources
 from venus_edge.session import SessionSettings, open_session
@@ -242,7 +243,7 @@ class _Progress:
             message = f"turn {turn + 1}: {event['name']} returned {event['observation_chars']:,} characters{read}"
         elif kind == "pace":  # mcp --pace: why the session slows down, waits or stops
             value = self.last
-            message = f"turn {turn + 1}: pacing ({str(event.get('action')).replace('_', ' ')}): {event.get('detail')}"
+            message = f"turn {turn + 1}: {Paced.words(str(event.get('action')), str(event.get('detail')))}"
         else:
             value = self.last
             detail = event.get("detail") or event.get("message") or event.get("policy") or ""
