@@ -180,10 +180,10 @@ def main() -> None:
         servers = {"llama-server plain": [], "llama-server ngram-simple": ["--spec-type", "ngram-simple"]}
         if args.draft_model:
             servers["llama-server draft model"] = ["-md", str(args.draft_model), "--spec-type", "draft-simple"]
-        if args.gpu_layers:
-            gpu = ["-ngl", str(args.gpu_layers)]
-            servers = {name: [*extra, *gpu, *(["-ngld", str(args.gpu_layers)] if "-md" in extra else [])]
-                       for name, extra in servers.items()}
+        # llama-server's own spelling: -1 is "auto" there and "all" is all; 0 is given too (its default is auto)
+        layers = "all" if args.gpu_layers == -1 else str(args.gpu_layers)
+        servers = {name: [*extra, "-ngl", layers, *(["-ngld", layers] if "-md" in extra else [])]
+                   for name, extra in servers.items()}
         for name, extra in servers.items():
             print(f"{name} ...", flush=True)
             try:

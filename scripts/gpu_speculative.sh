@@ -12,7 +12,9 @@
 #   1. llama.cpp with CUDA (CUDA_ARCH, default 90: H100/H200) as shared libraries, and llama-server; the Python
 #      bindings of the same package load them (LLAMA_CPP_LIB_PATH), venus-edge is installed without dependencies;
 #   2. a model of SHAPE (qwen3-1.7b, default: the 1.5B class and DR-Venus's family; qwen3-4b: DR-Venus-4B's shape;
-#      tiny: a dry run of the script on a CPU with SKIP_BUILD=1 GPU_LAYERS=0) with random weights, converted and
+#      tiny: a dry run of the script on a CPU, with SKIP_BUILD=1 GPU_LAYERS=0 PY=.venv/bin/python
+#      LLAMA_CPP_LIB_PATH=.venv/lib/python3.*/site-packages/llama_cpp/lib and the py3.12 PyStemmer wheel removed
+#      from DIR/wheels) with random weights, converted and
 #      quantized to Q4_K_M by venus-edge quantize. Random weights cost what trained ones cost per token (the same
 #      tensors), but their greedy text is not a model's: the acceptance here is not a trained model's (README,
 #      "Speculative decoding", combines the curve with the acceptance measured on the real 1.5B);
@@ -49,6 +51,7 @@ if [ "${1:-}" = --pack ]; then
   du -sh "$DIR"
   exit
 fi
+[ $# -ge 1 ] || { echo "usage: $0 --pack DIR | $0 DIR [OUT]" >&2; exit 2; }
 PACK=$(realpath "$1")
 SOURCE="$PACK/llama-cpp-python-src.tar.gz"
 WHEELS="$PACK/wheels"

@@ -72,20 +72,46 @@ evaluations() {  # evaluations SEED -> the evaluation folders of that seed, rela
   done
 }
 without_sft() { sed 's/ sft=[^ ]*//' "$@"; }  # settings without the SFT checkpoint's hash
+record() {  # record SEED: OUT's whole seed into RESULTS; the old record goes first, the settings come last
+  local eval
+  mkdir -p "$RESULTS"
+  rm -f "$RESULTS/seed-$1.settings" "$RESULTS/seed-$1.rows.md"
+  for eval in $(evaluations "$1"); do
+    rm -f "$RESULTS/${eval//\//-}.summary.json"
+    [ ! -f "$OUT/$eval/summary.json" ] || cp "$OUT/$eval/summary.json" "$RESULTS/${eval//\//-}.summary.json"
+  done
+  cp "$OUT/seed-$1.rows.md" "$RESULTS/"
+  cp "$OUT/seed-$1.settings" "$RESULTS/"
+}
 for SEED in $SEEDS; do
   COMMON="modes=$MODES rollout_server=$ROLLOUT_SERVER steps=$STEPS questions=$QUESTIONS group=$GROUP lr=$LR"
   COMMON+=" temperature=$TEMPERATURE gamma=$GAMMA eval_limit=$EVAL_LIMIT samples=$SAMPLES"
   COMMON+=" max_turns=$MAX_TURNS max_tokens=$MAX_TOKENS"
-  if [ -z "${FRESH:-}" ] && [ -n "$RESULTS" ] && [ -f "$RESULTS/seed-$SEED.rows.md" ] && \
-     [ "$(without_sft "$RESULTS/seed-$SEED.settings" 2>/dev/null)" = "seed=$SEED $COMMON" ]; then
-    for EVAL in $(evaluations "$SEED"); do
-      rm -rf "${OUT:?}/$EVAL" && mkdir -p "$OUT/$EVAL"  # an unfinished evaluation has no summary (its row: "-")
-      [ ! -f "$RESULTS/${EVAL//\//-}.summary.json" ] || cp "$RESULTS/${EVAL//\//-}.summary.json" "$OUT/$EVAL/summary.json"
-    done
-    cp "$RESULTS/seed-$SEED.rows.md" "$RESULTS/seed-$SEED.settings" "$OUT/"
-    cat "$OUT/seed-$SEED.rows.md" >> "$OUT/summary.md"
-    echo "seed $SEED: recorded in $RESULTS with these settings, restored"
-    continue
+  RECORD="$RESULTS/seed-$SEED.settings"
+  if [ -z "${FRESH:-}" ] && [ -n "$RESULTS" ] && [ -f "$RECORD" ] && [ -f "$RESULTS/seed-$SEED.rows.md" ]; then
+    if [ "$(without_sft "$RECORD")" != "seed=$SEED $COMMON" ]; then
+      echo "seed $SEED: the record in $RESULTS has other settings ($(without_sft "$RECORD")); not used"
+      [ -z "${RECORD_CHECK:-}" ] || exit 1
+    elif [ -n "${RECORD_CHECK:-}" ]; then
+      continue
+    elif cmp -s "$RECORD" "$OUT/seed-$SEED.settings"; then  # this machine's own run of it: kept whole
+      cat "$OUT/seed-$SEED.rows.md" >> "$OUT/summary.md"
+      echo "seed $SEED: done earlier with these settings, kept ($OUT/seed-$SEED-*)"
+      continue
+    else
+      for EVAL in $(evaluations "$SEED"); do
+        rm -rf "${OUT:?}/$EVAL" && mkdir -p "$OUT/$EVAL"  # an unfinished evaluation has no summary (its row: "-")
+        [ ! -f "$RESULTS/${EVAL//\//-}.summary.json" ] || cp "$RESULTS/${EVAL//\//-}.summary.json" "$OUT/$EVAL/summary.json"
+      done
+      cp "$RESULTS/seed-$SEED.rows.md" "$RECORD" "$OUT/"
+      cat "$OUT/seed-$SEED.rows.md" >> "$OUT/summary.md"
+      echo "seed $SEED: recorded in $RESULTS with these settings, restored"
+      continue
+    fi
+  fi
+  if [ -n "${RECORD_CHECK:-}" ]; then  # toy_powered.sh asks whether every seed is recorded, before running any
+    [ -n "${FRESH:-}" ] || echo "seed $SEED: not recorded in ${RESULTS:-RESULTS (unset)}"
+    exit 1
   fi
   SFT="$(cd "$SFT_OUT/seed-$SEED" && pwd)"
   SETTINGS="seed=$SEED sft=$(sha1sum < "$SFT/run/final/model.safetensors" | cut -c1-16) $COMMON"
@@ -93,6 +119,7 @@ for SEED in $SEEDS; do
      [ "$(cat "$OUT/seed-$SEED.settings" 2>/dev/null)" = "$SETTINGS" ]; then
     cat "$OUT/seed-$SEED.rows.md" >> "$OUT/summary.md"
     echo "seed $SEED: done earlier with these settings, kept ($OUT/seed-$SEED-*)"
+    [ -z "$RESULTS" ] || record "$SEED"  # a seed finished before it was recorded (killed between, or no RESULTS)
     continue
   fi
   rm -f "$OUT/seed-$SEED.rows.md" "$OUT/seed-$SEED.settings" "$OUT/seed-$SEED.rows.partial"
@@ -140,15 +167,9 @@ print(f\"{rows[0]['reward']} | {rows[-1]['reward']}\")")
   done
   mv "$OUT/seed-$SEED.rows.partial" "$OUT/seed-$SEED.rows.md"
   echo "$SETTINGS" > "$OUT/seed-$SEED.settings"  # last: the seed is whole
-  if [ -n "$RESULTS" ]; then  # the record: summaries first, the settings last (a record without them is not one)
-    mkdir -p "$RESULTS"
-    for EVAL in $(evaluations "$SEED"); do
-      [ ! -f "$OUT/$EVAL/summary.json" ] || cp "$OUT/$EVAL/summary.json" "$RESULTS/${EVAL//\//-}.summary.json"
-    done
-    cp "$OUT/seed-$SEED.rows.md" "$RESULTS/"
-    cp "$OUT/seed-$SEED.settings" "$RESULTS/"
-  fi
+  [ -z "$RESULTS" ] || record "$SEED"
 done
+[ -z "${RECORD_CHECK:-}" ] || exit 0  # every seed recorded
 
 eval_dir() {  # eval_dir SEED MODEL greedy|sampled -> the folder of that evaluation
   local tail=""

@@ -18,9 +18,8 @@ if [ "${1:-}" = --pooled ]; then
 fi
 [ $# -gt 0 ] || { echo "usage: $0 SEED [SEED ...] | --pooled" >&2; exit 2; }
 for SEED in "$@"; do
-  if [ -f "$RESULTS/seed-$SEED.settings" ]; then  # toy_igpo.sh restores it (or says why not)
-    echo "seed $SEED: recorded in $RESULTS"
-    continue
+  if SEEDS=$SEED RECORD_CHECK=1 bash scripts/toy_igpo.sh "$WORK/detour-sft" "$WORK/detour-igpo"; then
+    continue  # recorded with these settings (FRESH=1 redoes it)
   fi
   DETOUR_SHARE=0.5 SEEDS=$SEED EVAL_LIMIT=40 bash scripts/toy_sft.sh "$WORK/detour-sft"
   SEEDS=$SEED bash scripts/toy_igpo.sh "$WORK/detour-sft" "$WORK/detour-igpo"

@@ -10,7 +10,7 @@ from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.engines.llama_load import check_gpu_layers
 
 
-@pytest.mark.parametrize("value", [-2, -100, True, 1.5, "all", None])
+@pytest.mark.parametrize("value", [-2, -100, 2**31, 2**32, True, 1.5, "all", None])
 def test_values_llama_cpp_does_not_define_are_refused(value):
     with pytest.raises(ValueError, match="gpu_layers must be -1"):
         check_gpu_layers(value)
@@ -65,7 +65,7 @@ def test_gpu_layers_is_a_flag_of_every_command_that_loads_a_session_engine(comma
     assert SessionSettings.from_args(args).gpu_layers == 20
 
 
-@pytest.mark.parametrize("value", ["-2", "all", "1.5", ""])
+@pytest.mark.parametrize("value", ["-2", "all", "1.5", "", "2147483648"])
 def test_a_gpu_layers_value_llama_cpp_does_not_define_is_a_usage_error(value, capsys):
     from venus_edge.cli import build_parser
 

@@ -110,7 +110,7 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
                         help=f"CPU threads (default: the performance cores, {physical_cores()} here)")
     add_memory_arguments(parser)
     add_draft_argument(parser)
-    parser.add_argument("--gpu-layers", type=count_argument(-1), default=0, metavar="N",
+    parser.add_argument("--gpu-layers", type=count_argument(-1, maximum=2**31 - 1), default=0, metavar="N",
                         help="layers on the GPU, -1 for all (default 0: the CPU); needs llama-cpp-python built with "
                              "a GPU backend, e.g. CMAKE_ARGS=-DGGML_CUDA=on (README, On a GPU)")
     parser.add_argument("--no-prompt-cache", action="store_true",
@@ -149,9 +149,9 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def count_argument(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for a whole number of at least ``minimum`` (turns, tokens, threads, results): any other
-    value is a usage error naming the flag, never a traceback from deeper in."""
+def count_argument(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number of at least ``minimum`` and at most ``maximum`` (turns, tokens,
+    threads, results): any other value is a usage error naming the flag, never a traceback from deeper in."""
 
     def count(text: str) -> int:
         try:
@@ -160,6 +160,8 @@ def count_argument(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
         return value
 
     count.__name__ = "count"  # argparse names the type in its messages

@@ -65,3 +65,26 @@ def test_a_record_with_other_settings_is_not_used(tmp_path):
     assert completed.returncode != 0
     assert "restored" not in completed.stdout
     assert "no-sft-here/seed-0" in completed.stderr
+
+
+def test_the_record_check_says_which_seeds_need_running(tmp_path):
+    """toy_powered.sh runs a seed's SFT only when ``RECORD_CHECK=1 toy_igpo.sh`` says it is not recorded with these
+    settings: 0 for a matching record (nothing restored, nothing run), 1 with the reason otherwise."""
+    results = tmp_path / "results"
+    write_record(results, 0, {"sft": 0.5, "igpo": 0.6, "outcome": 0.5})
+    write_record(results, 1, {"sft": 0.5, "igpo": 0.6, "outcome": 0.5},
+                 settings=SETTINGS.replace("max_tokens=160", "max_tokens=48"))
+
+    def check(seeds: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        environment = {**os.environ, "RESULTS": str(results), "SEEDS": seeds, "EVAL_LIMIT": "144", "SAMPLES": "0",
+                       "PY": sys.executable, "RECORD_CHECK": "1", **extra}
+        return subprocess.run(["bash", str(REPO / "scripts" / "toy_igpo.sh"), str(tmp_path / "sft"),
+                               str(tmp_path / "igpo")], env=environment, capture_output=True, text=True, timeout=60)
+
+    assert check("0").returncode == 0
+    assert not (tmp_path / "igpo" / "seed-0-sft").exists()  # a check restores nothing
+    other = check("1")
+    assert other.returncode == 1 and "other settings" in other.stdout and "max_tokens=48" in other.stdout
+    missing = check("2")
+    assert missing.returncode == 1 and "seed 2: not recorded" in missing.stdout
+    assert check("0", FRESH="1").returncode == 1  # FRESH redoes recorded seeds

@@ -123,6 +123,7 @@ class BatchedLlamaCppEngine:
             docstring); None or ``"off"``: none. A draft model is the single-sequence engine's (``LlamaCppEngine``).
         draft_tokens: draft exactly this many tokens whenever a sequence has them (benchmarks, tests); None: the
             length adapts to this machine's cost of a batch and each sequence's acceptance.
+        gpu_layers: layers on the GPU, as ``LlamaCppEngine``'s (-1 all, 0 none); with any, flash attention is on.
 
     Raises:
         ModelNotFoundError, ModelLoadError, MemoryPlanError: as ``LlamaCppEngine``.

@@ -132,10 +132,11 @@ def check_gpu_layers(gpu_layers: int) -> None:
     """Refuse a ``gpu_layers`` that llama.cpp would ignore without a word.
 
     Raises:
-        ValueError: below -1 (``n_gpu_layers``: -1 is all), or not 0 while this llama.cpp build has no GPU backend
-            (``llama_supports_gpu_offload``): the model would run on the CPU while the caller expects a GPU.
+        ValueError: below -1 (``n_gpu_layers``: -1 is all) or above C's int32 (llama.cpp's field would wrap to 0 or
+            a negative "all"), or not 0 while this llama.cpp build has no GPU backend (``llama_supports_gpu_offload``):
+            the model would run on the CPU while the caller expects a GPU.
     """
-    if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or gpu_layers < -1:
+    if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or not -1 <= gpu_layers <= 2**31 - 1:
         raise ValueError(f"gpu_layers must be -1 (all), 0 (none) or a number of layers, not {gpu_layers!r}")
     if gpu_layers and not llama_cpp.llama_supports_gpu_offload():
         raise ValueError(f"gpu_layers={gpu_layers} asks for the GPU, but this llama-cpp-python was built without a "
