@@ -111,15 +111,20 @@ def test_a_finished_run_destroys_its_process_group_on_every_process(tmp_path):
     """A process left with a live gloo group at exit can abort in interpreter finalization (SIGABRT, a finished
     run reported failed): ``end_processes`` destroys it on each process and says which one is the main process."""
     script = tmp_path / "ends.py"
-    script.write_text("import torch.distributed as dist\n"
+    # each rank answers in a file of its own: two processes printing to one pipe can interleave their lines
+    script.write_text("import sys\n"
+                      "from pathlib import Path\n"
+                      "import torch.distributed as dist\n"
                       "from accelerate import Accelerator\n"
                       "from venus_edge.train.checkpoints import end_processes\n"
                       "rank = Accelerator().process_index\n"
                       "assert dist.is_initialized()\n"
                       "is_main = end_processes()\n"
-                      "print(f'rank {rank}: main {is_main}, group alive {dist.is_initialized()}')\n")
-    lines = sorted(line for line in run(2, str(script)).stdout.splitlines() if line.startswith("rank"))
-    assert lines == ["rank 0: main True, group alive False", "rank 1: main False, group alive False"]
+                      "answer = f'main {is_main}, group alive {dist.is_initialized()}'\n"
+                      "Path(sys.argv[1], f'rank-{rank}').write_text(answer)\n")
+    run(2, str(script), str(tmp_path))
+    answers = {path.name: path.read_text() for path in tmp_path.glob("rank-*")}
+    assert answers == {"rank-0": "main True, group alive False", "rank-1": "main False, group alive False"}
 
 
 def _sft_config(toy: Path, out: Path, **settings: Any) -> Path:
