@@ -179,8 +179,9 @@ def detectable_difference(sd: float, pairs: int, *, alpha: float = 0.05, power: 
 
 
 def markdown(names: tuple[str, str], rows: Sequence[tuple[str, PairedDifference]], pooled: PairedDifference | None,
-             *, delta: float = 0.05) -> str:
-    """A table row per seed and a pooled row, then the detectable difference of the pooled comparison."""
+             *, delta: float = 0.05, left_out: Sequence[tuple[str, str]] = ()) -> str:
+    """A table row per seed and a pooled row, then the detectable difference of the pooled comparison, then the
+    seeds ``left_out`` (label, reason): a report read later says which seeds it does not pool and why."""
     a_name, b_name = names
     level = f"{round(rows[0][1].confidence * 100)} %" if rows else ""
     lines = [f"| seed | questions | {a_name} | {b_name} | {b_name} - {a_name} | {level} interval | "
@@ -199,6 +200,8 @@ def markdown(names: tuple[str, str], rows: Sequence[tuple[str, PairedDifference]
         lines += ["", f"Over {final.pairs} paired questions (difference sd {final.sd:.3f}) a true difference of "
                       f"{mde:.3f} is found 80 % of the time (two-sided, 5 %): a difference of {delta} {verdict} be "
                       "seen reliably."]
+    if left_out:
+        lines += ["", *(f"Seed {label} is left out: {reason}" for label, reason in left_out)]
     return "\n".join(lines)
 
 
@@ -214,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = tuple(args.names.split(","))
     if len(names) != 2:
         parser.error(f"--names takes two names separated by a comma, not {args.names!r}")
-    rows, strata = [], []
+    rows, strata, left_out = [], [], []
     for run in args.runs:
         parts = run.split(":")
         if len(parts) != 3:
@@ -224,13 +227,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append((parts[0], paired_bootstrap(a, b, resamples=args.resamples, seed=args.seed)))
         except (OSError, ValueError) as exc:
             print(f"seed {parts[0]} left out: {exc}", file=sys.stderr)
+            left_out.append((parts[0], str(exc)))
             continue
         strata.append((a, b))
     if not rows:
         print("error: no seed could be compared", file=sys.stderr)
         return 1
     pooled = pooled_bootstrap(strata, resamples=args.resamples, seed=args.seed) if len(strata) > 1 else None
-    print(markdown((names[0], names[1]), rows, pooled))
+    print(markdown((names[0], names[1]), rows, pooled, left_out=left_out))
     return 0
 
 

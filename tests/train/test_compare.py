@@ -127,6 +127,9 @@ def test_the_command_reads_eval_summaries_and_prints_the_table(tmp_path, capsys)
     assert "| pooled | 5 | 0.350 | 0.650 | +0.300 |" in captured.out
     assert "a difference of 0.05 would not be seen reliably" in captured.out
     assert "seed 2 left out: no evaluation summary at" in captured.err
+    # and in the report itself, which is kept (toy_powered.sh --pooled) and read without the terminal
+    assert f"Seed 2 is left out: no evaluation summary at {tmp_path / 'missing'}" in captured.out
+    assert "Seed 0 is left out" not in captured.out and "Seed 1 is left out" not in captured.out
 
 
 def test_models_that_agree_everywhere_claim_no_power(tmp_path, capsys):
