@@ -43,6 +43,20 @@ def test_the_layers_reach_llama_cpp_and_the_model_facts(smollm2_gguf, monkeypatc
         assert draft_params.n_gpu_layers == 7
 
 
+def test_a_gguf_judge_runs_on_the_sessions_threads_and_gpu_layers(smollm2_gguf, monkeypatch):
+    """``eval --judge FILE.gguf --gpu-layers N --threads T``: the judge is placed as the evaluated model is."""
+    from venus_edge.eval.cli import _judge_engine
+    from venus_edge.session import SessionSettings
+
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)  # as a CUDA build answers
+    judge = _judge_engine(str(smollm2_gguf), None, SessionSettings(threads=1, gpu_layers=5))
+    try:
+        assert judge._llm.model_params.n_gpu_layers == 5 and judge.model_info()["gpu_layers"] == 5
+        assert judge.n_threads == 1
+    finally:
+        judge.close()
+
+
 # ---------------------------------------------------------------------------------------------- the CLI flag
 
 

@@ -328,13 +328,12 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
         raise SetupError("--gpu-layers places the in-process engine's layers; it does not apply to --engine openai "
                          "(the model server has its own option, e.g. llama-server -ngl): drop --gpu-layers")
     if settings.gpu_layers and settings.engine != "openai":
-        import llama_cpp
+        from venus_edge.engines.llama_load import check_gpu_layers
 
-        if not llama_cpp.llama_supports_gpu_offload():
-            raise SetupError(f"--gpu-layers {settings.gpu_layers} asks for the GPU, but this llama-cpp-python was "
-                             "built without a GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on pip "
-                             "install --force-reinstall --no-cache-dir llama-cpp-python for NVIDIA; README, On a "
-                             "GPU), or drop --gpu-layers")
+        try:  # before any model loads: refused in one line
+            check_gpu_layers(settings.gpu_layers, asked=f"--gpu-layers {settings.gpu_layers}")
+        except ValueError as exc:
+            raise SetupError(str(exc)) from exc
     if settings.draft and settings.engine == "openai":
         raise SetupError("--draft (speculative decoding) runs in the in-process engine; it does not apply to --engine "
                          "openai (a model server drafts with its own options, e.g. llama-server --model-draft): drop "

@@ -64,10 +64,10 @@ from venus_edge.engines.base import (
     shared_prefix_length,
 )
 from venus_edge.engines.decode import sampler_chain
-from venus_edge.engines.llama_load import check_gpu_layers, failure_reason, llama_diagnostics
+from venus_edge.engines.llama_load import check_gpu_layers, llama_diagnostics, load_model
 from venus_edge.engines.speculative import DraftLength, PromptLookup
 from venus_edge.engines.vocab import Vocabulary
-from venus_edge.errors import ContextOverflowError, EngineStateError, ModelLoadError
+from venus_edge.errors import ContextOverflowError, EngineStateError
 from venus_edge.memory.header import check_gguf_file, read_model_header
 from venus_edge.memory.machine import check_threads, default_threads
 from venus_edge.memory.plan import estimate_memory, refuse_beyond_machine
@@ -167,14 +167,8 @@ class BatchedLlamaCppEngine:
         refuse_beyond_machine(header, estimate_memory(header, n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else "f16",
                                                       n_batch=self.n_batch, n_threads=self.n_threads))
         set_verbose(False)  # llama.cpp logs through llama-cpp-python's logger, as LlamaCppEngine(verbose=False) sets it
-        model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = self.gpu_layers = gpu_layers
-        with llama_diagnostics(self.model_path) as errors:
-            try:
-                self._model = _internals.LlamaModel(path_model=str(self.model_path), params=model_params,
-                                                    verbose=False)
-            except ValueError as exc:
-                raise ModelLoadError(self.model_path, failure_reason(exc, errors)) from exc
+        self.gpu_layers = gpu_layers
+        self._model = load_model(self.model_path, gpu_layers=gpu_layers)
         params = llama_cpp.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, self.n_batch, self.n_batch
         params.n_seq_max, params.kv_unified = n_seq + 1, True

@@ -29,6 +29,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 from llama_cpp import _logger
@@ -128,8 +129,11 @@ def weights_not_repacked() -> Iterator[None]:
             module.llama_model_default_params = default_params
 
 
-def check_gpu_layers(gpu_layers: int) -> None:
+def check_gpu_layers(gpu_layers: int, *, asked: str | None = None) -> None:
     """Refuse a ``gpu_layers`` that llama.cpp would ignore without a word.
+
+    ``asked`` is how the caller's user spelled the request (``"--gpu-layers 20"`` on the command line); the message
+    names it, ``gpu_layers=N`` otherwise.
 
     Raises:
         ValueError: below -1 (``n_gpu_layers``: -1 is all) or above C's int32 (llama.cpp's field would wrap to 0 or
@@ -139,9 +143,31 @@ def check_gpu_layers(gpu_layers: int) -> None:
     if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or not -1 <= gpu_layers <= 2**31 - 1:
         raise ValueError(f"gpu_layers must be -1 (all), 0 (none) or a number of layers, not {gpu_layers!r}")
     if gpu_layers and not llama_cpp.llama_supports_gpu_offload():
-        raise ValueError(f"gpu_layers={gpu_layers} asks for the GPU, but this llama-cpp-python was built without a "
-                         "GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on for NVIDIA, -DGGML_METAL=on "
-                         "on Apple, -DGGML_VULKAN=on) or leave gpu_layers at 0")
+        raise ValueError(f"{asked or f'gpu_layers={gpu_layers}'} asks for the GPU, but this llama-cpp-python was built "
+                         "without a GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on pip install "
+                         "--force-reinstall --no-cache-dir llama-cpp-python for NVIDIA, -DGGML_METAL=on on Apple, "
+                         "-DGGML_VULKAN=on; README, On a GPU) or ask for no GPU layers")
+
+
+def load_model(path: Path, *, gpu_layers: int) -> Any:
+    """A llama.cpp model (llama-cpp-python's ``_internals.LlamaModel``) of the GGUF at ``path`` with ``gpu_layers``
+    layers on the GPU (``n_gpu_layers``; checked by the caller with ``check_gpu_layers``), for the engines that drive
+    llama.cpp's low-level API (the batched engine, a draft model).
+
+    Raises:
+        ModelLoadError: llama.cpp could not load the file, with the error lines it logged (``llama_diagnostics``).
+    """
+    from llama_cpp import _internals
+
+    from venus_edge.errors import ModelLoadError
+
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = gpu_layers
+    with llama_diagnostics(path) as errors:
+        try:
+            return _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+        except ValueError as exc:
+            raise ModelLoadError(path, failure_reason(exc, errors)) from exc
 
 
 def failure_reason(error: Exception, errors: list[str]) -> str:

@@ -131,13 +131,10 @@ class DraftModel:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int, gpu_layers: int = 0) -> None:
-        import llama_cpp
-        from llama_cpp import _internals
         from llama_cpp._logger import set_verbose
 
-        from venus_edge.engines.llama_load import failure_reason, llama_diagnostics
+        from venus_edge.engines.llama_load import load_model
         from venus_edge.engines.vocab import Vocabulary
-        from venus_edge.errors import ModelLoadError
         from venus_edge.memory.header import check_gguf_file, read_model_header
 
         self.path = Path(path)
@@ -145,13 +142,7 @@ class DraftModel:
         read_model_header(self.path)  # its values bounded before llama.cpp sees them
         self.n_threads = n_threads
         set_verbose(False)
-        params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = gpu_layers
-        with llama_diagnostics(self.path) as errors:
-            try:
-                self.model = _internals.LlamaModel(path_model=str(self.path), params=params, verbose=False)
-            except ValueError as exc:
-                raise ModelLoadError(self.path, failure_reason(exc, errors)) from exc
+        self.model = load_model(self.path, gpu_layers=gpu_layers)
         self.vocabulary = Vocabulary(self.model, self.model.metadata())
         self._drafters: list[ModelDrafter] = []
 

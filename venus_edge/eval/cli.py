@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     samples = args.k if args.parallel else 1
     settings = SessionSettings.from_args(args)
     with open_session(settings, logprobs=args.aggregate == "confidence", samples=samples) as session:
-        judge_engine = _judge_engine(args.judge, session.engine)
+        judge_engine = _judge_engine(args.judge, session.engine, settings)
         try:
             judge = LLMJudge(judge_engine) if judge_engine is not None else None
             record = _run_record(args, settings, session.engine, judge_engine)
@@ -107,8 +107,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def _judge_engine(judge: str | None, engine: Any) -> Any:
-    """None, the evaluated engine (``self``), a model server (``http(s)://...``), or another GGUF for judging."""
+def _judge_engine(judge: str | None, engine: Any, settings: SessionSettings) -> Any:
+    """None, the evaluated engine (``self``), a model server (``http(s)://...``), or another GGUF for judging, on the
+    session's threads and GPU layers (``--threads``, ``--gpu-layers``: a judge left on the CPU beside a model on the
+    GPU would be the slow half of the run)."""
     if judge is None:
         return None
     if judge == "self":
@@ -120,7 +122,7 @@ def _judge_engine(judge: str | None, engine: Any) -> Any:
     from venus_edge.engines.llama_cpp import LlamaCppEngine
     from venus_edge.engines.models import resolve_model
 
-    return LlamaCppEngine(resolve_model(judge))
+    return LlamaCppEngine(resolve_model(judge), n_threads=settings.threads, gpu_layers=settings.gpu_layers)
 
 
 def _run_record(args: argparse.Namespace, settings: SessionSettings, engine: Any, judge_engine: Any) -> RunRecord:
