@@ -113,15 +113,22 @@ def context(new_context: Callable[..., Any]) -> Any:
 
 
 def test_a_question_streams_live_and_ends_with_linked_sources(serve: Any, context: Any) -> None:
+    release = threading.Event()  # the answer waits until the running session's page has been looked at
     turns = [
         "",  # an empty attempt: the agent retries, and the page shows it discarded
-        thinking("I should find the standard library module for TOML.", 12)
+        thinking("I should find the standard library module for TOML.", 24)  # ~4.6 s of live writing
         + tool_call_turn("search", query=["tomllib parse TOML"]),
         tool_call_turn("visit", url=[TOML_PAGE], goal="how to parse a TOML file"),
         answer_turn(f"Use tomllib.load on a file opened in binary mode (see {TOML_PAGE}). "
                     f"The format itself is described at {NEVER_READ} too."),
     ]
-    url, _ = serve(turns)
+
+    def engine_policy(prompt: str) -> str:
+        if len(turns) == 1:
+            release.wait(60)
+        return turns.pop(0)
+
+    url, _ = serve(engine_policy)
     page = context.new_page()
     page.goto(url)
     sync_api.expect(page.locator("#history")).to_contain_text("No sessions yet")
@@ -138,9 +145,10 @@ def test_a_question_streams_live_and_ends_with_linked_sources(serve: Any, contex
     sync_api.expect(page.locator("#ask")).to_be_disabled()
     sync_api.expect(page.locator("#history li.session")).to_contain_text(QUESTION)  # listed while running
     sync_api.expect(page.locator("#turns .attempt.discarded")).to_contain_text("discarded (empty)")
+    release.set()
 
     # The search and the page read, each as a line of its turn.
-    sync_api.expect(page.locator("#turns .line.search")).to_contain_text("tomllib parse TOML")
+    sync_api.expect(page.locator("#turns .line.search")).to_contain_text("tomllib parse TOML", timeout=WAIT_MS)
     sync_api.expect(page.locator("#turns .line.visit a")).to_have_attribute("href", TOML_PAGE)
     sync_api.expect(page.locator("#turns .line.returned a")).to_have_text(TOML_PAGE)
 

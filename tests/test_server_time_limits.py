@@ -83,7 +83,7 @@ def test_a_tool_that_never_returns_ends_at_the_time_limit_and_the_next_session_r
     engine = ScriptedEngine([tool_call_turn("nap", s=30), answer_turn("the second answer")])
     service = ResearchService([engine], [stuck], AgentConfig(), journal_path=tmp_path / "j.jsonl")
     with UvicornThread(create_app(service)) as server:
-        with httpx.stream("POST", f"{server.url}/v1/research", json={"question": "first", "time_limit_s": 1},
+        with httpx.stream("POST", f"{server.url}/v1/research", json={"question": "first", "time_limit_s": 3},
                           timeout=60) as response:
             first = list(read_sse(response))
         assert first[-1][2]["termination"] == "timeout"

@@ -138,7 +138,10 @@ def test_a_real_decode_stops_at_the_next_token_when_cancelled(smollm2_engine: Ll
     received, completion = _cancel_after(stream_generation(smollm2_engine, prompt, cancel=cancel, grammar=NUMBERS,
                                                            sampling=sampling), 5, cancel)
     assert completion.finish_reason == "cancelled"  # type: ignore[attr-defined]
-    assert len(completion.token_ids) <= 6  # type: ignore[attr-defined]
+    # Pieces the engine made before it saw the cancel still reach the consumer (on a loaded machine the consumer can
+    # wake a token late); after the last of them the engine decodes at most the one token it then drops.
+    assert len(received) >= 5
+    assert len(completion.token_ids) <= len(received) + 1  # type: ignore[attr-defined]
     assert completion.text == "".join(received)  # type: ignore[attr-defined]
     # The engine is usable again at once, and its KV cache still matches what it holds.
     again = smollm2_engine.generate(prompt, grammar=NUMBERS, sampling=SamplingParams(

@@ -67,7 +67,8 @@ def blocking() -> Iterator[BlockingTool]:
 def test_a_tool_that_overruns_the_time_limit_is_abandoned_and_the_session_times_out(blocking: BlockingTool,
                                                                                    tmp_path: Path) -> None:
     engine = ScriptedEngine([tool_call_turn("nap", s=30), answer_turn("never reached")])
-    agent = Agent(engine, [blocking], config=AgentConfig(time_limit_s=1.0), trajectory_path=tmp_path / "j.jsonl")
+    # 3 s: the limit runs from the session's start (its journal record is fsync'ed), not from the tool call
+    agent = Agent(engine, [blocking], config=AgentConfig(time_limit_s=3.0), trajectory_path=tmp_path / "j.jsonl")
     result, events = collect_events(agent.events("q"))
     assert result.termination == "timeout", result.termination
     assert blocking.entered.is_set() and not blocking.returned.is_set(), "the session waited for the tool to return"
@@ -95,7 +96,7 @@ def test_cancel_abandons_a_running_tool_at_once_and_the_journal_says_cancelled(b
 def test_a_tool_that_takes_the_deadline_gets_the_sessions_and_its_own_result_is_kept() -> None:
     tool = PoliteTool()
     engine = ScriptedEngine([tool_call_turn("nap", s=30), answer_turn("never reached")])
-    result = Agent(engine, [tool], config=AgentConfig(time_limit_s=0.5)).run("q")
+    result = Agent(engine, [tool], config=AgentConfig(time_limit_s=2.0)).run("q")  # room for a loaded machine
     assert result.termination == "timeout"
     [deadline] = tool.deadlines
     assert deadline.at_s is not None and deadline.cancel is None
