@@ -129,3 +129,63 @@ def test_the_batched_engine_takes_the_layers_too(smollm2_gguf, tmp_path, monkeyp
         assert engine.model_info()["gpu_layers"] == 3 and engine._model.params.n_gpu_layers == 3
     finally:
         engine.close()
+
+
+# ---------------------------------------------------------------------------------------------- bench
+
+
+@pytest.mark.skipif(llama_cpp.llama_supports_gpu_offload(), reason="this llama.cpp build has a GPU backend")
+def test_bench_refuses_gpu_layers_on_a_cpu_build_before_it_measures_anything(smollm2_gguf, tmp_path, capsys):
+    """A CPU-only build would run a "GPU" bench on the CPU and label its figures GPU ones."""
+    from venus_edge.cli import main
+
+    out = tmp_path / "bench"
+    with pytest.raises(SystemExit) as usage:
+        main(["bench", str(smollm2_gguf), "--gpu-layers", "-1", "--out", str(out), "--quiet"])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "--gpu-layers -1 asks for the GPU" in err and "GGML_CUDA=on" in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_bench_places_the_engine_the_raw_anchor_and_llama_bench_alike(smollm2_gguf, tmp_path, monkeypatch):
+    """``bench --gpu-layers N``: every llama.cpp model the run loads (ours, the raw anchor) is asked for N layers on
+    the GPU with flash attention, llama-bench gets ``-ngl N -fa on``, the report says where each ran, and CPU
+    figures of the same file are not reused for it (nor its for them). On a CPU build llama.cpp ignores the layers,
+    so what is checked is what llama.cpp was asked."""
+    import llama_cpp.llama_cpp as bindings
+
+    from venus_edge.bench import BenchConfig, llama_bench_arguments, measure_config, measurement_key
+    from venus_edge.bench.report import BenchReport
+
+    asked: list[int] = []
+    real_load = bindings.llama_model_load_from_file
+
+    def recorded_load(path: bytes, params: llama_cpp.llama_model_params) -> object:
+        asked.append(params.n_gpu_layers)
+        return real_load(path, params)
+
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)  # as a CUDA build answers
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", recorded_load)
+    monkeypatch.setattr(bindings, "llama_model_load_from_file", recorded_load)
+    small = {"threads": 1, "n_ctx": 512, "prompt_lengths": (64,), "depths": (0,), "decode_tokens": 8, "repeats": 1,
+             "llama_bench": False}
+    on_gpu = BenchConfig(smollm2_gguf, gpu_layers=7, **small)
+    result = measure_config(on_gpu)
+    assert asked == [7, 7], asked  # the engine, then the raw anchor
+    assert result.config["gpu_layers"] == 7 and result.decode[0] > 0 and result.raw_decode[0] > 0
+    assert on_gpu.name.endswith(" gpu=7") and on_gpu.flash_attn
+    assert BenchConfig(smollm2_gguf, gpu_layers=-1, **small).name.endswith(" gpu=all")
+
+    on_cpu = BenchConfig(smollm2_gguf, **small)
+    for config, layers, flash in ((on_gpu, "7", "on"), (on_cpu, "0", "off")):
+        for arguments in llama_bench_arguments(config).values():
+            assert arguments[arguments.index("-ngl") + 1] == layers and arguments[arguments.index("-fa") + 1] == flash
+    assert measurement_key(on_gpu, None) != measurement_key(on_cpu, None)
+
+    result.key = measurement_key(on_gpu, None)
+    report = BenchReport(results=[result], bandwidth=20e9)
+    table = report.markdown()
+    assert f"| {smollm2_gguf.name} |" in table and "| 1 +GPU 7 |" in table, table
+    limit_row = next(line for line in table.splitlines() if line.startswith(f"| {smollm2_gguf.name} | f16 | -"))
+    assert "%" not in limit_row  # the CPU's copy bandwidth does not bound decode on the GPU

@@ -21,9 +21,9 @@ from venus_edge.pacing import PaceConfig
 from venus_edge.text import valid_text
 
 __all__ = ["DEPRECATED_UNTIL", "OBSERVATION_STYLE_CHOICES", "PACE_FLAGS", "SETTING_FLAGS", "add_deprecated_alias",
-           "add_draft_argument", "add_memory_arguments", "add_pace_arguments", "add_session_arguments",
-           "check_key_text", "check_session_arguments", "count_argument", "draft_argument", "number_argument",
-           "pace_config", "size_argument", "threads_argument", "tool_sequence_argument"]
+           "add_draft_argument", "add_gpu_layers_argument", "add_memory_arguments", "add_pace_arguments",
+           "add_session_arguments", "check_key_text", "check_session_arguments", "count_argument", "draft_argument",
+           "number_argument", "pace_config", "size_argument", "threads_argument", "tool_sequence_argument"]
 
 #: Each setting an error's advice may name (``VenusEdgeError.message_for``), by its Python name, and the flag that
 #: sets it: the CLI prints the flag, so the fix it names is one the user can type.
@@ -110,9 +110,7 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, old_api_key: bool 
                         help=f"CPU threads (default: the performance cores, {physical_cores()} here)")
     add_memory_arguments(parser)
     add_draft_argument(parser)
-    parser.add_argument("--gpu-layers", type=count_argument(-1, maximum=2**31 - 1), default=0, metavar="N",
-                        help="layers on the GPU, -1 for all (default 0: the CPU); needs llama-cpp-python built with "
-                             "a GPU backend, e.g. CMAKE_ARGS=-DGGML_CUDA=on (README, On a GPU)")
+    add_gpu_layers_argument(parser)
     parser.add_argument("--no-prompt-cache", action="store_true",
                         help="do not save or restore the system prompt's KV state (kept under "
                              "$XDG_CACHE_HOME/venus-edge/prompt-cache; see README, Prompt cache)")
@@ -253,6 +251,14 @@ def draft_argument(text: str) -> str | None:
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: {missing_file_reason(path, '.gguf')}; or give lookup or off")
     raise argparse.ArgumentTypeError(f"no file {text}; give {DRAFT_LOOKUP}, {DRAFT_OFF} or a GGUF path")
+
+
+def add_gpu_layers_argument(parser: argparse.ArgumentParser) -> None:
+    """``--gpu-layers N``, llama.cpp's ``n_gpu_layers`` of the in-process engine (``research``, ``eval``, ``serve``,
+    ``mcp`` and ``bench``); checked against the build by ``engines.llama_load.check_gpu_layers``."""
+    parser.add_argument("--gpu-layers", type=count_argument(-1, maximum=2**31 - 1), default=0, metavar="N",
+                        help="layers on the GPU, -1 for all (default 0: the CPU); needs llama-cpp-python built with "
+                             "a GPU backend, e.g. CMAKE_ARGS=-DGGML_CUDA=on (README, On a GPU)")
 
 
 def add_draft_argument(parser: argparse.ArgumentParser) -> None:

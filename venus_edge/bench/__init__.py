@@ -12,8 +12,8 @@ from venus_edge.lazy import LazyExports
 
 _EXPORTS = LazyExports(__name__, {
     "measure": ("BUSY_OTHERS_CORES", "BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token",
-                "llama_bench_path", "load_session", "measure_config", "memory_bandwidth", "replay_session",
-                "shipped_session_path"),
+                "llama_bench_arguments", "llama_bench_path", "load_session", "measure_config", "memory_bandwidth",
+                "replay_session", "shipped_session_path"),
     "report": ("BenchReport", "format_duration"),
     "run": ("estimate_seconds", "load_results", "measurement_key", "pick_reference", "reusable_results",
             "run_bench"),

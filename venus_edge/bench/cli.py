@@ -76,7 +76,12 @@ example:
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``bench`` (its parser imports nothing heavy)."""
-    from venus_edge.flags import OBSERVATION_STYLE_CHOICES, add_deprecated_alias, add_draft_argument
+    from venus_edge.flags import (
+        OBSERVATION_STYLE_CHOICES,
+        add_deprecated_alias,
+        add_draft_argument,
+        add_gpu_layers_argument,
+    )
 
     bench = commands.add_parser("bench", help="measure load, memory, prefill, decode, a session and quality of GGUFs",
                                 description=_BENCH_DESCRIPTION)
@@ -90,6 +95,7 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     bench.add_argument("--threads", type=_thread_counts, default=None, metavar="N,...",
                        help="CPU thread counts to measure, comma-separated (default: the physical cores)")
     add_draft_argument(bench)
+    add_gpu_layers_argument(bench)
     bench.add_argument("--prompt-lengths", type=_ints, default=(128, 512, 2048), metavar="N,...",
                        help="prefill test prompt lengths in tokens (default 128,512,2048)")
     bench.add_argument("--depths", type=_ints, default=(0, 2048, 6144), metavar="N,...",
@@ -122,17 +128,23 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``venus-edge bench``; the exit code (0, or 2 for bad flags)."""
     from venus_edge.bench import measure
     from venus_edge.bench.run import STAGES, load_results, pick_reference, reusable_results, run_bench
+    from venus_edge.engines.llama_load import check_gpu_layers
     from venus_edge.engines.models import resolve_model
     from venus_edge.memory.machine import physical_cores
 
     if args.decode_tokens < 2 or args.repeats < 1 or args.n_ctx < 256:
         parser.error("--decode-tokens must be >= 2, --repeats >= 1 and --n-ctx >= 256")
+    try:  # before any model loads: a CPU-only build would run "on the GPU" on the CPU
+        check_gpu_layers(args.gpu_layers, asked=f"--gpu-layers {args.gpu_layers}")
+    except ValueError as exc:
+        parser.error(str(exc))
     models = [resolve_model(model) for model in args.models]
     try:
         configs = [measure.BenchConfig(model, kv_type=kv, threads=threads, n_ctx=args.n_ctx,
                                        prompt_lengths=args.prompt_lengths, depths=args.depths,
                                        decode_tokens=args.decode_tokens, repeats=args.repeats,
                                        llama_bench=not args.no_llama_bench, draft=args.draft,
+                                       gpu_layers=args.gpu_layers,
                                        observation_style=args.observation_style)
                    for model in models for kv in args.kv for threads in (args.threads or (physical_cores(),))]
     except ValueError as exc:

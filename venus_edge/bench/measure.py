@@ -55,7 +55,8 @@ from venus_edge.tools.search import SEARCH_SCHEMA
 from venus_edge.tools.visit import VISIT_SCHEMA
 from venus_edge.trajectory import Trajectory, read_journal
 
-__all__ = ["BUSY_OTHERS_CORES", "BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token", "llama_bench_path",
+__all__ = ["BUSY_OTHERS_CORES", "BenchConfig", "ConfigResult", "bandwidth_limit", "kv_per_token",
+           "llama_bench_arguments", "llama_bench_path",
            "load_session", "measure_config", "memory_bandwidth", "replay_session", "shipped_session_path"]
 
 GREEDY_DECODE = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0)
@@ -97,6 +98,9 @@ class BenchConfig:
         llama_bench: also run ``llama-bench`` when it is built.
         draft: speculative decoding of the engine measured (``LlamaCppEngine``'s ``draft``: ``lookup``, a draft
             GGUF's path, or None for off).
+        gpu_layers: layers on the GPU (llama.cpp's ``n_gpu_layers``; -1 all, 0 none) of the engine, the raw
+            anchor and llama-bench (``-ngl``) alike; with any, all three run flash attention, as the engine does.
+            Checked against the build when the engine loads (``engines.llama_load.check_gpu_layers``).
         observation_style: the style of the first turn's system prompt (``tools.observation_styles``; ``rl`` lists three
             tools). A replayed session is replayed as its journal holds it.
     """
@@ -111,6 +115,7 @@ class BenchConfig:
     repeats: int = 2
     llama_bench: bool = True
     draft: str | None = None
+    gpu_layers: int = 0
     observation_style: protocol.ObservationStyle = protocol.DEFAULT_OBSERVATION_STYLE
 
     def __post_init__(self) -> None:
@@ -123,7 +128,14 @@ class BenchConfig:
     @property
     def name(self) -> str:
         drafting = "" if self.draft is None else f" draft={Path(self.draft).name}"
-        return f"{self.model.name} kv={self.kv_type} t={self.threads}{drafting}"
+        placed = "" if not self.gpu_layers else f" gpu={'all' if self.gpu_layers == -1 else self.gpu_layers}"
+        return f"{self.model.name} kv={self.kv_type} t={self.threads}{drafting}{placed}"
+
+    @property
+    def flash_attn(self) -> bool:
+        """Flash attention in all three measured: a quantized V cache needs it, and the engine turns it on with GPU
+        layers (``LlamaCppEngine``'s ``flash_attn``)."""
+        return self.kv_type in ("q8_0", "q4_0") or bool(self.gpu_layers)
 
 
 @dataclass
@@ -281,7 +293,7 @@ def measure_config(config: BenchConfig, *, session: Trajectory | None = None,
     before = _rss_bytes()
     start = time.perf_counter()
     engine = LlamaCppEngine(config.model, n_ctx=config.n_ctx, n_threads=config.threads, kv_type=config.kv_type,
-                            helper_n_ctx=0, draft=config.draft)
+                            helper_n_ctx=0, draft=config.draft, gpu_layers=config.gpu_layers)
     try:
         result.load_s = time.perf_counter() - start
         plan = engine.memory_plan
@@ -382,9 +394,9 @@ def _rounded(value: float | None) -> float | None:
 
 
 class _RawLlama:
-    """The anchor: ``llama_cpp.Llama`` on the same file, threads, n_ctx and KV type, decoding token by token with
-    the same greedy sampler (no text, no stop strings, no statistics). Build, use and close it on the engine's
-    decode thread (module docstring)."""
+    """The anchor: ``llama_cpp.Llama`` on the same file, threads, n_ctx, KV type and GPU layers, decoding token by
+    token with the same greedy sampler (no text, no stop strings, no statistics). Build, use and close it on the
+    engine's decode thread (module docstring)."""
 
     def __init__(self, config: BenchConfig) -> None:
         import llama_cpp
@@ -392,8 +404,8 @@ class _RawLlama:
         types = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
         self.llm = llama_cpp.Llama(str(config.model), n_ctx=config.n_ctx, n_threads=config.threads,
                                    n_threads_batch=config.threads, n_batch=512, type_k=types[config.kv_type],
-                                   type_v=types[config.kv_type], flash_attn=config.kv_type in ("q8_0", "q4_0"),
-                                   verbose=False)
+                                   type_v=types[config.kv_type], flash_attn=config.flash_attn,
+                                   n_gpu_layers=config.gpu_layers, verbose=False)
 
     def decode_speed(self, prompt: list[int], tokens: int) -> float:
         """Tokens/s from the first sampled token to the ``tokens``-th (or the end-of-generation token)."""
@@ -431,16 +443,9 @@ def _llama_bench(config: BenchConfig, skipped: list[str]) -> dict[str, dict[int,
     if binary is None:
         skipped.append("llama-bench: not built (bash scripts/build_llama_tools.sh builds it)")
         return None
-    quantized = config.kv_type in ("q8_0", "q4_0")
-    common = ["-m", str(config.model), "-t", str(config.threads), "-ctk", config.kv_type, "-ctv", config.kv_type,
-              "-fa", "on" if quantized else "off", "-r", str(config.repeats), "-o", "json"]
-    runs = {
-        "decode": ["-p", "0", "-n", str(config.decode_tokens), "-d", ",".join(map(str, config.depths))],
-        "prefill": ["-p", ",".join(map(str, config.prompt_lengths)), "-n", "0"],
-    }
     figures: dict[str, dict[int, float]] = {}
-    for kind, arguments in runs.items():
-        done = subprocess.run([str(binary), *common, *arguments], capture_output=True, text=True, timeout=3600)
+    for kind, arguments in llama_bench_arguments(config).items():
+        done = subprocess.run([str(binary), *arguments], capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             skipped.append(f"llama-bench {kind}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
             continue
@@ -448,6 +453,19 @@ def _llama_bench(config: BenchConfig, skipped: list[str]) -> dict[str, dict[int,
         key = "n_depth" if kind == "decode" else "n_prompt"
         figures[kind] = {int(row[key]): float(row["avg_ts"]) for row in rows}
     return figures or None
+
+
+def llama_bench_arguments(config: BenchConfig) -> dict[str, list[str]]:
+    """``llama-bench``'s arguments (without the binary) for the decode and the prefill runs of ``config``: the same
+    file, threads, KV type, flash attention and GPU layers as the engine (``-ngl``, -1 all as in llama.cpp's
+    ``llama_model::n_gpu_layers``; llama-bench's own default is -1, so 0 is always passed), JSON out."""
+    common = ["-m", str(config.model), "-t", str(config.threads), "-ctk", config.kv_type, "-ctv", config.kv_type,
+              "-fa", "on" if config.flash_attn else "off", "-ngl", str(config.gpu_layers), "-r", str(config.repeats),
+              "-o", "json"]
+    return {
+        "decode": [*common, "-p", "0", "-n", str(config.decode_tokens), "-d", ",".join(map(str, config.depths))],
+        "prefill": [*common, "-p", ",".join(map(str, config.prompt_lengths)), "-n", "0"],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- a session

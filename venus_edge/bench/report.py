@@ -184,14 +184,16 @@ class BenchReport:
             load = "-" if peak is None else f"{peak:.1f}" + (f" {FLAG}" if self.busy(r) else "")
             busy = r.busy_stages()
             prefill, decode = _mark(busy, PREFILL_STAGE), _mark(busy, DECODE_STAGE)
-            rows.append([r.model["name"], r.model.get("file_type") or "?", c["kv_type"], str(c["threads"]),
-                         f"{r.load_s:.2f}{_mark(busy, LOAD_STAGE)}", format_bytes(m["weights"]),
-                         format_bytes(m["kv"]), format_bytes(m["compute"]), format_bytes(m.get("rss_used", 0)),
+            rows.append([r.model["name"], r.model.get("file_type") or "?", c["kv_type"],
+                         str(c["threads"]) + _gpu_placement(c), f"{r.load_s:.2f}{_mark(busy, LOAD_STAGE)}",
+                         format_bytes(m["weights"]), format_bytes(m["kv"]), format_bytes(m["compute"]),
+                         format_bytes(m.get("rss_used", 0)),
                          f"{r.ttft_s:.2f}{_mark(busy, FIRST_TURN_STAGE)}"]
                         + [f"{r.prefill.get(n, 0):.1f}{prefill}" for n in lengths]
                         + [f"{r.decode.get(d, 0):.1f}{decode}" for d in depths] + [load, _others(r)])
         legend = [
-            "model, type: the GGUF file and its quant type; KV: the KV-cache type; threads: llama.cpp threads",
+            "model, type: the GGUF file and its quant type; KV: the KV-cache type; threads: llama.cpp threads "
+            "(+GPU N: N layers on the GPU, all: every layer)",
             "load s: seconds to load the engine (map the file, allocate the context)",
             "weights, KV cache, compute: the memory the planner expects for each part (venus_edge.memory)",
             "RSS used: how much this process's resident memory grew over the load and every test (measured)",
@@ -263,10 +265,11 @@ class BenchReport:
         rows = []
         for r in self.results:
             per_token = kv_per_token(Path(r.config["model"]), r.config["kv_type"])
-            limits = [bandwidth_limit(self.bandwidth, r.model["weight_bytes"], per_token, d) if self.bandwidth else 0.0
+            on_cpu = self.bandwidth and not r.config.get("gpu_layers")  # GPU layers: another memory, unmeasured
+            limits = [bandwidth_limit(self.bandwidth, r.model["weight_bytes"], per_token, d) if on_cpu else 0.0
                       for d in depths]
             quality = r.quality or {}
-            rows.append([r.model["name"], r.config["kv_type"]] + [f"{limit:.1f}" for limit in limits]
+            rows.append([r.model["name"], r.config["kv_type"]] + [f"{limit:.1f}" if limit else "-" for limit in limits]
                         + [f"{r.decode.get(d, 0) / limit:.0%}" if limit else "-" for d, limit in zip(depths, limits)]
                         + [f"{quality['mean_kl']:.4f}" if "mean_kl" in quality else "-",
                            f"{quality['top1_agreement']:.3f}" if "top1_agreement" in quality else "-",
@@ -275,7 +278,7 @@ class BenchReport:
             "limit@D: the decode tokens/s the machine's copy bandwidth allows when each token reads every weight "
             "byte and the KV cache of D tokens once",
             "of limit@D: decode@D as a share of that limit (decode on a CPU is memory-bound: near 100% is near what "
-            "the hardware can do)",
+            "the hardware can do); - with GPU layers, whose memory the copy bandwidth does not measure",
             "KL vs ref: the mean KL divergence of the next-token distributions from the reference file's, nats per "
             "token (0: the same)",
             "top-1: the share of positions whose most likely next token is the reference's",
@@ -450,6 +453,12 @@ def _flagged_ratio(ours: float, anchor: float | None) -> str:
 
 def _legend(entries: list[str]) -> list[str]:
     return ["Columns:", *(f"- {entry}" for entry in entries)]
+
+
+def _gpu_placement(config: dict[str, Any]) -> str:
+    """`` +GPU N`` (``all`` for -1) for a configuration with layers on the GPU, else nothing."""
+    layers = config.get("gpu_layers") or 0  # reports written before bench had --gpu-layers lack it
+    return "" if not layers else f" +GPU {'all' if layers == -1 else layers}"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
