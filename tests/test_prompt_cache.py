@@ -181,6 +181,22 @@ def test_another_kv_type_does_not_reuse(smollm2_gguf, seeded, prompt, stable, th
     assert again.stats.prompt_tokens_reused == stable, again.stats
 
 
+def test_kv_values_computed_another_way_are_not_reused(smollm2_gguf, seeded, prompt, stable, threads, monkeypatch):
+    """The first session ran llama.cpp's repacked CPU weights. Weights in the GGUF's own layout (``batch_invariant``,
+    as drafting loads them) or layers on the GPU sum in another order: a state from there would restore, but a
+    session would not write the text it writes without the cache. Each saves its own prefix and reuses that."""
+    import llama_cpp
+
+    for kwargs in ({"batch_invariant": True}, {"gpu_layers": 3}):
+        if "gpu_layers" in kwargs:  # as a CUDA build answers; this CPU build keeps the layers on the CPU
+            monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+        completion, counts = _generate(smollm2_gguf, seeded, prompt, threads, **kwargs)
+        assert completion.stats.prompt_tokens_reused == 0 and counts.saves == 1, (kwargs, completion.stats, counts)
+        again, _ = _generate(smollm2_gguf, seeded, prompt, threads, **kwargs)
+        assert again.stats.prompt_tokens_reused == stable, (kwargs, again.stats)
+    assert len(_files(seeded)) == 3
+
+
 def test_another_model_file_does_not_reuse(smollm2_gguf, seeded, prompt, tmp_path, threads):
     """A copy is another file (path, mtime): the key never matches a file it was not made with."""
     copy = tmp_path / "copy.gguf"

@@ -21,8 +21,12 @@ The key: a file is valid only for the same
 2. KV cache layout: ``type_k``, ``type_v``, flash attention (it decides the V layout), unified KV, SWA;
 3. RoPE settings (keys are stored after rotation): scaling type, frequency base and scale, YaRN parameters;
 4. llama-cpp-python version, which pins the vendored llama.cpp and so its state format;
-5. prefix token ids, exactly.
-Items 1-4 form the file name's first part and are stored in the file's header; item 5 with them gives the second.
+5. where and how the KV values were computed: the layers on the GPU (``n_gpu_layers``), the weight layout
+   (llama.cpp's repacked CPU weights, ``use_extra_bufts``, sum in another order) and the build's backends and CPU
+   features (``llama_print_system_info``). A state computed another way restores without error, but its values
+   differ in the last bits, so the session would not write the text the same engine writes without the cache;
+6. prefix token ids, exactly.
+Items 1-5 form the file name's first part and are stored in the file's header; item 6 with them gives the second.
 
 The file: ``VEKV`` magic, format version, a JSON header (key, token count, state size, SHA-256 of the state),
 the prefix token ids (int32), then the state of sequence 0 as llama.cpp writes it. Written to a temporary file
@@ -408,6 +412,7 @@ def _compatibility_key(llm: llama_cpp.Llama, model_path: Path) -> dict[str, Any]
         handle.seek(max(0, stat.st_size - _SAMPLE_BYTES))
         sample.update(handle.read(_SAMPLE_BYTES))
     params = llm.context_params
+    model_params = llm.model_params
     return {
         "format": FORMAT_VERSION,
         "llama_cpp_python": llama_cpp.__version__,
@@ -415,6 +420,9 @@ def _compatibility_key(llm: llama_cpp.Llama, model_path: Path) -> dict[str, Any]
                   "head_tail_sha256": sample.hexdigest()},
         "kv": {name: int(getattr(params, name)) for name in
                ("type_k", "type_v", "flash_attn_type", "kv_unified", "swa_full")},
+        "compute": {"n_gpu_layers": int(model_params.n_gpu_layers),
+                    "weights_repacked": bool(model_params.use_extra_bufts),
+                    "llama_cpp_build": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()},
         "rope": {
             "rope_scaling_type": int(params.rope_scaling_type), "yarn_orig_ctx": int(params.yarn_orig_ctx),
             **{name: round(float(getattr(params, name)), 6) for name in (
