@@ -24,7 +24,7 @@ The key: a file is valid only for the same
 5. where and how the KV values were computed: the layers on the GPU (``n_gpu_layers``), the weight layout
    (llama.cpp's repacked CPU weights, ``use_extra_bufts``, sum in another order) and the build's backends and CPU
    features (``llama_print_system_info``). A state computed another way restores without error, but its values
-   differ in the last bits, so the session would not write the text the same engine writes without the cache;
+   differ in the last bits, so the session could write other text than the same engine without the cache;
 6. prefix token ids, exactly.
 Items 1-5 form the file name's first part and are stored in the file's header; item 6 with them gives the second.
 
