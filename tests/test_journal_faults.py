@@ -379,6 +379,59 @@ def test_a_lone_surrogate_in_a_record_is_read_as_u_fffd_and_the_history_pages_an
     assert "not valid Unicode" in read.notes[0].reason
 
 
+FOREIGN_LINES = {
+    "record a list": b'{"record": [], "session_id": "x"}',
+    "record an object": b'{"record": {}, "session_id": "x"}',
+    "record a number": b'{"record": 1.5, "session_id": "x"}',
+    "record null": b'{"record": null, "session_id": "x"}',
+    "session_id a list": b'{"record": "turn", "session_id": ["x"], "content": "c"}',
+    "nested too deep": b"[" * 100_000 + b"]" * 100_000,
+    "an int of 5,000 digits": b'{"record": "turn", "session_id": "x", "turn": ' + b"7" * 5000 + b"}",
+    "a list": b"[1, 2]",
+}
+
+
+@pytest.mark.parametrize("line", FOREIGN_LINES.values(), ids=list(FOREIGN_LINES))
+def test_a_foreign_line_is_one_skipped_line_and_the_session_around_it_stays_whole(tmp_path, line, capsys):
+    """A line that is JSON but no record (a list or an object where the kind belongs: unhashable, it raised
+    TypeError), or JSON Python cannot hold (nested past the recursion limit, an integer past int()'s digit limit:
+    RecursionError, ValueError) made the history pages 500 and resume and train clean print a traceback. It is one
+    skipped line, with its number, and the session around it reads, serves and resumes whole."""
+    journal = tmp_path / "j.jsonl"
+    session_id = killed_after(journal, 3)
+    with journal.open("ab") as out:
+        out.write(line + b"\n")
+    read = read_journal(journal)
+    [skipped] = read.skipped
+    assert skipped.line == 4 and skipped.session_id is None, skipped
+    assert [t.session_id for t in read.trajectories] == [session_id] and len(read.trajectories[0].turns) == 2
+    listed, [view] = _served(journal)
+    assert listed["skipped_lines"] == [{"line": 4, "reason": skipped.reason}]
+    assert view["session_id"] == session_id and len(view["turns"]) == 2
+    assert main(["train", "clean", str(journal), "--out", str(tmp_path / "clean.jsonl")]) == 1  # no answered session
+    assert f"j.jsonl:line 4: broken record: {skipped.reason}" in capsys.readouterr().out
+    resumed = make_agent(journal).resume(journal)
+    assert resumed.answer == f"{CALLS} results" and resumed.session_id == session_id
+
+
+def test_bytes_that_are_not_utf8_cost_those_bytes_not_the_session(tmp_path):
+    """Latin-1 bytes in a start record (an editor, a damaged disk) used to drop the record, and with it the whole
+    session: its turns and end record were no longer read, served or resumable. The record is read with U+FFFD
+    for those bytes and a note on its line; the history pages serve the session."""
+    journal = tmp_path / "j.jsonl"
+    make_agent(journal).run("What do the caf\u00e9 queries say?")
+    data = journal.read_bytes()
+    assert data.count("caf\u00e9".encode()) >= 1
+    journal.write_bytes(data.replace("caf\u00e9".encode(), b"caf\xe9"))
+    read = read_journal(journal)
+    [session] = read.trajectories
+    assert read.skipped == [] and session.question == "What do the caf\ufffd queries say?"
+    assert session.termination == "answered" and len(session.turns) == CALLS + 1
+    assert read.notes and all("bytes that are not UTF-8" in note.reason for note in read.notes)
+    listed, [view] = _served(journal)
+    assert listed["sessions"][0]["question"] == "What do the caf\ufffd queries say?" and view["state"] == "finished"
+
+
 # ---------------------------------------------------------------------------------------------- kind 7: end records
 def test_an_engine_that_raises_mid_session_ends_it_in_the_journal_as_the_client_was_told(tmp_path):
     """The client got ``error`` and ``session_finished(error)``; the journal had no end record, so after a restart

@@ -51,8 +51,8 @@ def test_the_jsonl_writer_never_writes_a_line_that_is_not_utf8(tmp_path, caplog)
         append_record(path, {"question": "q \ud800", "fine": "é"})
         write_records(tmp_path / "whole.jsonl", [{"answer": "\udcff"}])
     assert path.read_bytes().decode("utf-8") == '{"question": "q \ufffd", "fine": "é"}\n'
-    assert [record for _, record, _ in iter_records(path)] == [{"question": "q \ufffd", "fine": "é"}]
-    assert [record for _, record, _ in iter_records(tmp_path / "whole.jsonl")] == [{"answer": "\ufffd"}]
+    assert [record for _, record, _, _ in iter_records(path)] == [{"question": "q \ufffd", "fine": "é"}]
+    assert [record for _, record, _, _ in iter_records(tmp_path / "whole.jsonl")] == [{"answer": "\ufffd"}]
     assert f"record for {path}: 1 character that is not valid Unicode" in caplog.text
 
 

@@ -20,7 +20,13 @@ as a PDF, and an archive or image named ``.html`` or ``.txt`` is skipped, never 
 
 A file that cannot be read (a broken or password-protected PDF, a scanned PDF without text) does not stop the
 corpus: it is left out of the index and listed in ``Corpus.skipped`` with the reason, and is not retried until
-it changes.
+it changes. A file the system would not read (permission denied, an I/O error, too many open files) is retried at
+the next open: that error says nothing about the file's content, and ``chmod`` changes neither mtime nor size.
+
+A document is a file under the folder: a symbolic link whose target lies outside it (``/proc/self/environ``, a
+home folder's key, a link carried in a downloaded bundle) is listed in ``Corpus.skipped``, never indexed, searched
+or read, as ``serve --lan`` serves the corpus to other devices. Links inside the folder are followed; links to
+folders are not (``os.walk``).
 
 Usage::
 
@@ -155,6 +161,7 @@ class _Entry:
     size: int
     error: str = ""  # why the file is left out of the index; "" for an indexed document
     date: str = ""  # the publication date the document declares (YYYY-MM-DD when it reads so), or ""
+    retry: bool = False  # the error came from the system, not the content: read the file again at the next open
 
 
 class Corpus:
@@ -221,7 +228,8 @@ class Corpus:
                 f"{', '.join(ACCEPTED_SUFFIXES)} (folders starting with {', '.join(skip_dir_prefixes)} are skipped)"
             )
         saved_manifest, saved_entries = _read_saved(cache, root)
-        corpus = _load_index(cache, root, name, manifest, saved_entries) if saved_manifest == manifest else None
+        unchanged = saved_manifest == manifest and not any(entry.retry for entry in saved_entries)
+        corpus = _load_index(cache, root, name, manifest, saved_entries) if unchanged else None
         if corpus is None:
             corpus = _build_index(root, name, manifest, {entry.path: entry for entry in saved_entries})
             try:
@@ -264,9 +272,10 @@ class Corpus:
             UnreadableDocumentError: a file left out of the index (``skipped``), or a PDF that no longer parses.
         """
         path = self._path_of(url)
-        file = self.root / path
-        try:
-            raw = file.read_bytes()
+        try:  # checked again here: the file may have become a link since it was indexed
+            raw = _inside(self.root, path).read_bytes()
+        except ValueError as exc:
+            raise UnreadableDocumentError(f"cannot read {url}: {exc}") from None
         except OSError as exc:
             raise DocumentNotFoundError(f"cannot read {url}: {exc.strerror}") from None
         entry = self._entries[self._by_path[path]]
@@ -335,7 +344,7 @@ def _build_index(root: Path, name: str, manifest: dict[str, Any], saved: dict[st
     entries, extracted = [], 0
     for path, mtime_ns, size in manifest["files"]:
         previous = saved.get(path)
-        if previous is not None and (previous.mtime_ns, previous.size) == (mtime_ns, size):
+        if previous is not None and not previous.retry and (previous.mtime_ns, previous.size) == (mtime_ns, size):
             entries.append(previous)
             continue
         entries.append(_extract_entry(root, path, mtime_ns, size))
@@ -368,17 +377,33 @@ def _build_index(root: Path, name: str, manifest: dict[str, Any], saved: dict[st
 
 
 def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
-    """One file's title and text; a file that cannot be read gets an entry with ``error`` set instead."""
+    """One file's title and text; a file that cannot be read gets an entry with ``error`` set instead (``retry``
+    when the system refused it)."""
     try:
-        raw = (root / path).read_bytes()
+        raw = _inside(root, path).read_bytes()
         is_pdf = _document_type(path, raw) == "application/pdf"
         source = pdf_text(raw) if is_pdf else _decode_file(raw, path)
-    except (OSError, PdfError, ValueError, LookupError) as exc:  # one unreadable file never stops the corpus
+    except OSError as exc:  # permission, I/O, open files: nothing about the content, so tried again next time
+        return _Entry(path, "", "", mtime_ns, size, str(exc), retry=True)
+    except (PdfError, ValueError, LookupError) as exc:  # one unreadable file never stops the corpus
         return _Entry(path, "", "", mtime_ns, size, str(exc))
     if is_pdf and not source.strip():
         return _Entry(path, "", "", mtime_ns, size, "the PDF has no text layer (a scan?)")
     title, text, date = extract_fields(source, Path(path).with_suffix(".pdf") if is_pdf else Path(path))
     return _Entry(path, title, text, mtime_ns, size, date=date)
+
+
+def _inside(root: Path, path: str) -> Path:
+    """The file at ``root/path`` with its symbolic links resolved.
+
+    Raises:
+        ValueError: it resolves outside ``root`` (module docstring: such a link is never read).
+    """
+    file = (root / path).resolve()
+    if not file.is_relative_to(root.resolve()):
+        raise ValueError("a symbolic link to a file outside the corpus folder; only files under the folder are "
+                         "documents")
+    return file
 
 
 def _document_type(path: str, raw: bytes) -> str:

@@ -433,7 +433,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
     """The readable records of a JSONL file the runtime wrote (a line torn by a killed run is skipped)."""
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    return [record for _, record, _ in iter_records(path) if isinstance(record, dict)]
+    return [record for _, record, _, _ in iter_records(path) if isinstance(record, dict)]
 
 
 def _page_stem(url: Any) -> str:

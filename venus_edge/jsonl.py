@@ -80,16 +80,32 @@ def append_record(path: Path, record: Any) -> None:
             raise
 
 
-def iter_records(path: Path) -> Iterator[tuple[int, Any, str]]:
-    """``(line number, record, "")`` for each readable line (the record is any JSON value), ``(line number, None,
-    reason)`` for each torn or foreign one; blank lines are left out. The caller checks the file exists."""
+def parse_line(raw: bytes) -> tuple[Any, str, str]:
+    """One JSONL line as ``(value, problem, note)``: ``(value, "", "")`` when it reads as written; ``(None, reason,
+    "")`` when it is not JSON that Python can hold (torn by a crash, nested deeper than the parser recurses, an
+    integer of more digits than ``int`` converts); ``(value, "", note)`` when bytes that are not UTF-8 (a foreign
+    editor, a damaged disk) were read as U+FFFD and the rest of the record was kept. Never raises."""
+    try:
+        text, note = raw.decode("utf-8"), ""
+    except UnicodeDecodeError as exc:
+        text = raw.decode("utf-8", "replace")
+        note = f"bytes that are not UTF-8 (from byte {exc.start}) read as U+FFFD"
+    try:
+        return json.loads(text), "", note
+    except json.JSONDecodeError as exc:
+        torn = "; a record torn by a crash?" + (" It is not UTF-8 either" if note else "")
+        return None, f"not JSON ({exc.msg} at char {exc.pos}{torn})", ""
+    except RecursionError:
+        return None, "not JSON this reader can hold (nested deeper than Python's parser goes)", ""
+    except ValueError as exc:  # an integer beyond sys.get_int_max_str_digits
+        return None, f"not JSON this reader can hold ({exc})", ""
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, Any, str, str]]:
+    """``(line number, record, "", note)`` for each readable line (the record is any JSON value; ``note`` is empty,
+    or says what ``parse_line`` repaired), ``(line number, None, reason, "")`` for each torn or foreign one; blank
+    lines are left out. The caller checks the file exists."""
     data = path.read_bytes()
     for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            yield number, json.loads(raw.decode("utf-8")), ""
-        except UnicodeDecodeError:
-            yield number, None, "not UTF-8 (a record torn by a crash?)"
-        except json.JSONDecodeError as exc:
-            yield number, None, f"not JSON ({exc.msg} at char {exc.pos}; a record torn by a crash?)"
+        if raw.strip():
+            yield number, *parse_line(raw)

@@ -316,7 +316,8 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
     compaction that does not follow the session's last turn; a record after the session's end record; a session
     whose start record is missing or of another schema version. Kept with a note (``Journal.notes``): a turn
     whose index skips one or more (the turns around the gap are real); a record whose text held a lone surrogate
-    (read with U+FFFD in its place, so that it can be served as JSON and encoded as UTF-8).
+    or bytes that are not UTF-8 (read with U+FFFD in their place, so that it can be served as JSON and encoded as
+    UTF-8; ``jsonl.parse_line``).
 
     Raises:
         TrajectoryError: the file does not exist.
@@ -325,7 +326,7 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
     sessions: dict[str, _Parts] = {}
     skipped: list[SkippedLine] = []
     notes: list[SkippedLine] = []
-    for number, record in _records(path, skipped):
+    for number, record in _records(path, skipped, notes):
         session_id, kind = record["session_id"], record["record"]
         problem = _shape_problem(kind, record)
         if problem:
@@ -416,20 +417,20 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
     return journal.trajectories
 
 
-def _records(path: Path, skipped: list[SkippedLine]) -> Iterator[tuple[int, dict[str, Any]]]:
+def _records(path: Path, skipped: list[SkippedLine],
+             notes: list[SkippedLine]) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise TrajectoryError(path, 0, missing_file_reason(path, ".jsonl"))
-    for number, record, problem in iter_records(path):
+    for number, record, problem, note in iter_records(path):
         if problem:
             skipped.append(SkippedLine(number, problem))
             continue
-        if (
-            not isinstance(record, dict)
-            or record.get("record") not in _SHAPES
-            or not isinstance(record.get("session_id"), str)
-        ):
+        kind = record.get("record") if isinstance(record, dict) else None
+        if not isinstance(kind, str) or kind not in _SHAPES or not isinstance(record.get("session_id"), str):
             skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and a string 'session_id')"))
             continue
+        if note:
+            notes.append(SkippedLine(number, f"{kind} record holds {note}", record["session_id"]))
         yield number, record
 
 

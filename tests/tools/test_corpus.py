@@ -228,6 +228,65 @@ def test_links_pipes_and_odd_file_names_do_not_break_the_corpus(tmp_path: Path) 
         Corpus.open(folder, index_dir=tmp_path / "index", name="bad name")
 
 
+def test_a_link_out_of_the_folder_is_never_indexed_searched_or_read(tmp_path: Path) -> None:
+    """A document is a file under the folder. A link to a file outside it (a secret, ``/proc/self/environ``) is
+    listed as skipped and its text is in no search, no read and no saved index; a link inside the folder is
+    followed; a document that becomes a link after indexing is refused at read."""
+    outside = tmp_path / "secret.txt"
+    outside.write_text("The passphrase is zanzibarquokka.\n", encoding="utf-8")
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "real.md").write_text("# Real\n\nThe frobnicator lives here.\n", encoding="utf-8")
+    (folder / "good.md").write_text("# Good\n\nThe frobnicator is fine.\n", encoding="utf-8")
+    (folder / "inner.txt").symlink_to(folder / "sub" / "real.md")
+    (folder / "leak.txt").symlink_to(outside)
+    (folder / "env.txt").symlink_to("/proc/self/environ")
+    index = tmp_path / "index"
+    corpus = Corpus.open(folder, index_dir=index)
+    assert sorted(corpus.skipped) == ["env.txt", "leak.txt"]
+    assert all("outside the corpus folder" in why for why in corpus.skipped.values()), corpus.skipped
+    assert corpus.search("zanzibarquokka") == [] and len(corpus) == 3
+    assert {hit.url for hit in corpus.search("frobnicator")} == {
+        "corpus://docs/good.md", "corpus://docs/inner.txt", "corpus://docs/sub/real.md"}
+    for name in ("leak.txt", "env.txt"):
+        with pytest.raises(UnreadableDocumentError, match="outside the corpus folder"):
+            corpus.read(f"corpus://docs/{name}")
+    assert b"zanzibarquokka" not in b"".join(path.read_bytes() for path in index.rglob("*") if path.is_file())
+    (folder / "good.md").unlink()
+    (folder / "good.md").symlink_to(outside)
+    with pytest.raises(UnreadableDocumentError, match="outside the corpus folder"):
+        corpus.read("corpus://docs/good.md")
+
+
+def test_a_file_the_system_refused_is_read_again_at_the_next_open(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permission denied (``chmod 000``, then ``chmod 644``: neither mtime nor size changes), an I/O error: the
+    refusal says nothing of the content, so the next open reads the file again; a broken PDF is not retried."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The frobnicator is in a.\n", encoding="utf-8")
+    (folder / "b.txt").write_text("Nothing to see in b.\n", encoding="utf-8")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 broken")
+    index = tmp_path / "index"
+    real_read = Path.read_bytes
+
+    def refused(self: Path) -> bytes:
+        if self.name == "a.txt":  # as for a file this user may not read (the tests run as root, which may)
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    first = Corpus.open(folder, index_dir=index)
+    assert "Permission denied" in first.skipped["a.txt"] and first.search("frobnicator") == []
+    monkeypatch.setattr(Path, "read_bytes", real_read)
+    second = Corpus.open(folder, index_dir=index)
+    assert "a.txt" not in second.skipped and [h.url for h in second.search("frobnicator")] == ["corpus://docs/a.txt"]
+    assert not second.loaded_from_cache and second.stats.extracted == 1  # a.txt only; broken.pdf stays skipped
+    assert "broken.pdf" in second.skipped
+    third = Corpus.open(folder, index_dir=index)
+    assert third.loaded_from_cache and third.stats.extracted == 0
+
+
 def test_a_damaged_or_unwritable_cache_never_stops_the_corpus(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     folder = tmp_path / "notes"
     folder.mkdir()

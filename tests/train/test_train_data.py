@@ -59,7 +59,7 @@ def test_every_bad_row_is_counted_with_its_reason_and_the_good_rows_around_it_lo
     rows = [
         openai_row(),
         '{"messages": [{"role": "user", "content": "cut',
-        b'{"question": "caf\xe9?", "messages": []}',  # Latin-1 bytes in a UTF-8 file
+        "[" * 100_000 + "]" * 100_000,  # deeper than Python's parser goes
         {"question": "no messages at all"},
         {"messages": "not a list"},
         {"messages": [{"role": "user", "content": "Q?"}, {"role": "critic", "content": "hm"},
@@ -86,8 +86,27 @@ def test_every_bad_row_is_counted_with_its_reason_and_the_good_rows_around_it_lo
         ("mixed.jsonl:row 10", "no messages"),
         ("mixed.jsonl:row 11", "broken row"),
     ]
-    assert "'critic'" in loaded.rejected[4].reason and "not UTF-8" in loaded.rejected[1].reason
+    assert "'critic'" in loaded.rejected[4].reason and "nested deeper" in loaded.rejected[1].reason
     assert loaded.reasons()["broken row"] == 3
+
+
+@pytest.mark.parametrize("line", [
+    '{"question": "' + "1" * 5000 + '", "x": ' + "1" * 5000 + "}",  # an int beyond int()'s digit limit
+    '{"question": "q", "messages": [' * 2000,  # torn and deep
+])
+def test_json_that_python_cannot_hold_is_one_broken_row(tmp_path, line):
+    loaded = load_samples([write_jsonl(tmp_path / "odd.jsonl", [line, openai_row()])])
+    assert [s.source for s in loaded.samples] == ["odd.jsonl:row 2"]
+    assert loaded.reasons() == {"broken row": 1} and "can hold" in loaded.rejected[0].reason, loaded.rejected
+
+
+def test_bytes_that_are_not_utf8_cost_those_bytes_not_the_row(tmp_path, caplog):
+    """Latin-1 bytes in a UTF-8 file (as a CSV reads them): the row loads with U+FFFD there, and a warning says so."""
+    row = json.dumps(openai_row(question="What is caf\u00e9?")).encode().replace(b"caf\\u00e9", b"caf\xe9")
+    assert b"caf\xe9" in row
+    loaded = load_samples([write_jsonl(tmp_path / "latin1.jsonl", [row])])
+    assert [s.question for s in loaded.samples] == ["What is caf\ufffd?"] and loaded.rejected == []
+    assert "latin1.jsonl row 1: bytes that are not UTF-8" in caplog.text
 
 
 def test_samples_over_the_maximum_length_are_rejected(tmp_path):

@@ -23,6 +23,7 @@ import base64
 import csv
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from venus_edge.jsonl import parse_line
 from venus_edge.text import valid_text
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ANSWER_SPLIT", "EvalExample", "LoadReport", "load_examples", "read_data_rows", "split_answers"]
 
@@ -137,7 +141,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(path.read_bytes().decode("utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, too deep, an int of too many digits
             raise ValueError(f"{path}: not a JSON file ({exc}); a file of one JSON object per line is .jsonl") from None
         if isinstance(data, dict):  # {"data": [rows]} as some sets ship, or a file of one row
             data = data["data"] if isinstance(data.get("data"), list) else [data]
@@ -151,18 +155,10 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     for number, line in enumerate(path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            yield number, f"not UTF-8 ({exc.reason} at byte {exc.start})"
-            continue
-        except json.JSONDecodeError as exc:
-            yield number, f"not JSON ({exc.msg})"
-            continue
-        except RecursionError:
-            yield number, "not JSON (nested too deep)"
-            continue
-        yield number, row if isinstance(row, dict) else "not a JSON object"
+        row, problem, note = parse_line(line)
+        if note:  # as a CSV byte that is not UTF-8: the row is kept, its bytes read as U+FFFD
+            logger.warning("%s row %d: %s", path, number, note)
+        yield number, problem or (row if isinstance(row, dict) else "not a JSON object")
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, Any]]:

@@ -126,7 +126,9 @@ def read_rows(path: Path) -> list[EvalRow]:
     if not path.is_file():
         return []
     rows = []
-    for number, record, problem in iter_records(path):
+    for number, record, problem, note in iter_records(path):
+        if note:
+            logger.warning("%s:%d: %s", path, number, note)
         if not problem:
             try:
                 rows.append(EvalRow(**record))
