@@ -432,6 +432,44 @@ def test_bytes_that_are_not_utf8_cost_those_bytes_not_the_session(tmp_path):
     assert listed["sessions"][0]["question"] == "What do the caf\ufffd queries say?" and view["state"] == "finished"
 
 
+def test_concurrent_history_requests_after_a_change_share_one_read_of_the_new_lines(tmp_path, monkeypatch):
+    """12 history requests at once after each change to a 50 MB journal each parsed all of it (15 s, 1.8 GB). They
+    now wait for one read, which parses only the appended lines, and get the same journal."""
+    journal = tmp_path / "j.jsonl"
+    for _ in range(3):
+        make_agent(journal).run("What do the queries say?")
+    service = ResearchService([ScriptedEngine([])], [EchoTool()], AgentConfig(), journal_path=journal)
+    reads: list[int] = []
+    real_read = service._history_reader.read
+
+    def slow_read(**kwargs: Any) -> Any:
+        reads.append(journal.stat().st_size)
+        time.sleep(0.3)  # long enough that every request arrives while it runs
+        return real_read(**kwargs)
+
+    monkeypatch.setattr(service._history_reader, "read", slow_read)
+    try:
+        with UvicornThread(create_app(service)) as server:
+            for round_ in range(2):
+                if round_:
+                    make_agent(journal).run("One more?")
+                results: list[Any] = []
+
+                def ask(into: list[Any] = results) -> None:
+                    into.append(httpx.get(f"{server.url}/v1/sessions"))
+
+                threads = [threading.Thread(target=ask) for _ in range(12)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                assert [r.status_code for r in results] == [200] * 12
+                assert {len(r.json()["sessions"]) for r in results} == {3 + round_}
+    finally:
+        service.close()
+    assert len(reads) == 2, reads  # one read per change, shared by the 12 requests
+
+
 # ---------------------------------------------------------------------------------------------- kind 7: end records
 def test_an_engine_that_raises_mid_session_ends_it_in_the_journal_as_the_client_was_told(tmp_path):
     """The client got ``error`` and ``session_finished(error)``; the journal had no end record, so after a restart

@@ -161,3 +161,104 @@ def test_a_turn_round_trips_through_the_journal(tmp_path):
     [trajectory] = read_trajectories(tmp_path / "t.jsonl")
     assert trajectory.turns == [turn]
     assert not turn.well_formed and Turn(0, "answer", "a").well_formed
+
+
+# ---------------------------------------------------------------------------------------------- reading as it grows
+def _mixed_journal(path: Path) -> bytes:
+    """A journal with every kind of line a reader meets: whole sessions, a killed one, a torn line, a foreign one,
+    a repeated turn, text that is not UTF-8 and a BOM."""
+    session(path, "first page")
+    killed = session(path, "second page")
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines[:-2]) + b"\n")  # the second session lost its end record
+    with path.open("ab") as out:
+        out.write(b'{"record": "turn", "session_id": "' + killed.session_id.encode() + b'", "turn": 0, '
+                  b'"content": "again"}\n')  # a second writer's turn 0
+        out.write(b'[1, 2]\n{"record": "start", "session_id": "s", "question": "caf\xe9", "system_prompt": "p", '
+                  b'"schema_version": 1}\n{"record": "turn", "sess')  # a foreign line, Latin-1, a torn line
+    session(path, "third page")
+    return path.read_bytes()
+
+
+def test_a_journal_read_as_it_grows_reads_as_a_whole_read_at_every_line(tmp_path: Path) -> None:
+    """``JournalReader`` fed the file in pieces of every size (cut inside lines, inside UTF-8 characters) gives at
+    each whole line what ``read_journal`` gives for the file up to there, and at the end the same journal."""
+    from venus_edge.trajectory import JournalReader
+
+    data = _mixed_journal(tmp_path / "all.jsonl")
+    growing, prefix = tmp_path / "growing.jsonl", tmp_path / "prefix.jsonl"
+    growing.write_bytes(b"")
+    reader = JournalReader(growing)
+    for cut in range(0, len(data), 97):  # a prime step: cuts land everywhere in the lines
+        piece = data[cut:cut + 97]
+        with growing.open("ab") as out:
+            out.write(piece)
+        seen = reader.read()
+        whole = data[:cut + len(piece)]
+        prefix.write_bytes(whole[:whole.rfind(b"\n") + 1])
+        assert seen == read_journal(prefix)
+    assert reader.read(last_line_done=True) == read_journal(growing)
+    final = read_journal(growing)
+    assert len(final.trajectories) == 4 and len(final.skipped) == 3 and final.notes  # the kinds above, all seen
+
+
+def test_a_reader_parses_only_new_lines_and_rebuilds_only_the_sessions_they_touch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's history pages read the journal after every change: a read parses the lines appended since the
+    last, a session no new line touched is the object handed out before, and one handed out does not change when
+    its session grows later."""
+    import venus_edge.trajectory as trajectory
+
+    path = tmp_path / "j.jsonl"
+    for n in range(3):
+        session(path, f"page {n}")
+    parsed: list[bytes] = []
+    real_parse = trajectory.parse_line
+    monkeypatch.setattr(trajectory, "parse_line", lambda raw: (parsed.append(raw), real_parse(raw))[1])
+    reader = trajectory.JournalReader(path)
+    before = reader.read()
+    assert len(parsed) == len(path.read_bytes().splitlines()) == 12
+    writer = TrajectoryWriter(path, "live")
+    writer.start(question="q", system_prompt="p", schema_version=1)
+    writer.turn(Turn(0, "search", "c0"))
+    parsed.clear()
+    during = reader.read()
+    assert len(parsed) == 2 and during.trajectories[:3] == before.trajectories
+    assert all(a is b for a, b in zip(during.trajectories[:3], before.trajectories))
+    live = during.trajectories[3]
+    writer.turn(Turn(1, "answer", "c1"))
+    after = reader.read()
+    assert [len(t.turns) for t in (live, after.trajectories[3])] == [1, 2]
+
+
+@pytest.mark.parametrize("how", ["rewritten in place", "replaced by another file"])
+def test_a_journal_rewritten_or_replaced_is_read_again_from_the_start(tmp_path: Path, how: str) -> None:
+    from venus_edge.trajectory import JournalReader
+
+    path, other = tmp_path / "j.jsonl", tmp_path / "other.jsonl"
+    session(path, "first", answer="one")
+    reader = JournalReader(path)
+    assert [t.answer for t in reader.read().trajectories] == ["one"]
+    session(other, "second", answer="two")
+    session(other, "third", answer="three")  # longer than the first file: no size check alone would see it
+    if how == "rewritten in place":
+        path.write_bytes(other.read_bytes())
+    else:
+        other.replace(path)
+    assert [t.answer for t in reader.read().trajectories] == ["two", "three"]
+
+
+def test_a_last_line_without_its_newline_is_read_once_it_is_whole(tmp_path: Path) -> None:
+    """A record being written (or torn by a crash) is not reported as torn by a reader that reads on; read_journal,
+    which reads once, reports it."""
+    from venus_edge.trajectory import JournalReader
+
+    path = tmp_path / "j.jsonl"
+    session(path, "page")
+    reader = JournalReader(path)
+    with path.open("ab") as out:
+        out.write(b'{"record": "start", "session_id": "b", "question": "q", "system_prompt": "p", "schema')
+    assert reader.read().skipped == [] and len(read_journal(path).skipped) == 1
+    with path.open("ab") as out:
+        out.write(b'_version": 1}\n')
+    assert [t.session_id for t in reader.read().trajectories][-1] == "b" and reader.read().skipped == []

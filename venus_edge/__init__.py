@@ -58,7 +58,8 @@ _MODULE_EXPORTS = {
     "provenance": ("MachineInfo", "ModelFile", "RunRecord", "command_flags", "describe_run", "model_file_record"),
     "session_lock": ("SessionLock",),
     "toolbox": ("MergedSearchBackend", "close_tools", "default_tools"),
-    "trajectory": ("Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"),
+    "trajectory": ("Journal", "JournalReader", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal",
+                   "read_trajectories"),
     "turn": ("Turn",),
     "tools": ("Tool", "ToolError", "ToolResult"),
 }
@@ -137,6 +138,7 @@ if _TYPE_CHECKING:
     from venus_edge.tools import Tool, ToolError, ToolResult
     from venus_edge.trajectory import (
         Journal,
+        JournalReader,
         SkippedLine,
         Trajectory,
         TrajectoryWriter,

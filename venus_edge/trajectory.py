@@ -56,18 +56,19 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from venus_edge.errors import TrajectoryError, missing_file_reason
-from venus_edge.jsonl import append_record, iter_records
+from venus_edge.jsonl import append_record, parse_line
 from venus_edge.protocol import is_observation
 from venus_edge.text import shown_path
 from venus_edge.turn import Turn
 
-__all__ = ["Journal", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal", "read_trajectories"]
+__all__ = ["Journal", "JournalReader", "SkippedLine", "Trajectory", "TrajectoryWriter", "read_journal",
+           "read_trajectories"]
 
 SCHEMA_VERSION = 1
 logger = logging.getLogger(__name__)
@@ -322,37 +323,125 @@ def read_journal(path: str | os.PathLike[str]) -> Journal:
     Raises:
         TrajectoryError: the file does not exist.
     """
-    path = Path(path)
-    sessions: dict[str, _Parts] = {}
-    skipped: list[SkippedLine] = []
-    notes: list[SkippedLine] = []
-    for number, record in _records(path, skipped, notes):
-        session_id, kind = record["session_id"], record["record"]
-        problem = _shape_problem(kind, record)
-        if problem:
-            skipped.append(SkippedLine(number, f"{problem}; left out", session_id))
-            continue
+    return JournalReader(path).read(last_line_done=True)
+
+
+class JournalReader:
+    """A journal read as it grows: each ``read`` parses only the lines appended since the one before, and builds
+    again only the sessions those lines touched (``read_journal`` reads once, all of it).
+
+    A server's history pages read the journal after every change; parsing the whole file each time cost 2.7 s and
+    ~300 MB for a 50 MB journal, at every new turn. The lines already read are trusted while the file is the same
+    file (device and inode), no shorter, and still holds the bytes it had where the last read stopped; otherwise it
+    is read again from the start. Not thread-safe: one reader per thread, or a lock around ``read``.
+
+    Args:
+        path: the journal file.
+    """
+
+    _CHECK_BYTES = 64  # the bytes before the last read's end, compared again at the next read
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._restart(None)
+
+    def _restart(self, identity: tuple[int, int] | None) -> None:
+        self._identity = identity
+        self._offset = 0  # bytes of whole lines read
+        self._line = 0  # lines read (blank ones too)
+        self._check = b""  # the last _CHECK_BYTES bytes read
+        self._sessions: dict[str, _Parts] = {}
+        self._skipped: list[SkippedLine] = []
+        self._notes: list[SkippedLine] = []
+        self._built: dict[str, tuple[int, Trajectory]] = {}  # session -> (its records' count when built, the session)
+
+    def read(self, *, last_line_done: bool = False) -> Journal:
+        """The journal as it is now (``read_journal``'s ``Journal``).
+
+        A last line without its newline is a record being written, or one torn by a crash: it is read once its
+        newline comes (the writer starts its next record on a new line after a torn one), or now with
+        ``last_line_done`` (nothing writes the file any more).
+
+        Raises:
+            TrajectoryError: the file does not exist (or is not a file).
+        """
+        if not self.path.is_file():
+            raise TrajectoryError(self.path, 0, missing_file_reason(self.path, ".jsonl"))
+        with self.path.open("rb") as handle:
+            info = os.fstat(handle.fileno())
+            identity = (info.st_dev, info.st_ino)
+            start = self._offset - len(self._check)
+            handle.seek(start)
+            data = handle.read()
+        if identity != self._identity or info.st_size < self._offset or not data.startswith(self._check):
+            self._restart(identity)  # another file, or rewritten: from the start
+            with self.path.open("rb") as handle:
+                data = handle.read()
+        else:
+            data = data[len(self._check):]
+        whole = data.rfind(b"\n") + 1
+        lines = data[:whole].split(b"\n")[:-1]
+        for raw in lines:
+            self._take(raw)
+        if whole:
+            self._offset += whole
+            self._check = (self._check + data[:whole])[-self._CHECK_BYTES:]
+        partial = data[whole:]
+        if last_line_done and partial.strip():
+            self._take(partial)  # the reader is done with this file: nothing reads past it
+        return self._journal()
+
+    def _take(self, raw: bytes) -> None:
+        """One line: parsed, checked and added to its session, or skipped with its reason."""
+        self._line += 1
+        number = self._line
+        if number == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")
+        if not raw.strip():
+            return
+        record, unreadable, note = parse_line(raw)
+        if unreadable:
+            self._skipped.append(SkippedLine(number, unreadable))
+            return
+        kind = record.get("record") if isinstance(record, dict) else None
+        if not isinstance(kind, str) or kind not in _SHAPES or not isinstance(record.get("session_id"), str):
+            self._skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and a string "
+                                                     "'session_id')"))
+            return
+        session_id = record["session_id"]
+        if note:
+            self._notes.append(SkippedLine(number, f"{kind} record holds {note}", session_id))
+        wrong_shape = _shape_problem(kind, record)
+        if wrong_shape:
+            self._skipped.append(SkippedLine(number, f"{wrong_shape}; left out", session_id))
+            return
         record, repaired = _valid_text(record)
         if repaired:
-            notes.append(SkippedLine(number, f"{kind} record holds text that is not valid Unicode (a lone "
-                                             "surrogate); read with U+FFFD in its place", session_id))
-        parts = sessions.setdefault(session_id, _Parts(number))
-        problem = parts.add(kind, record, number, notes)
-        if problem:
-            skipped.append(SkippedLine(number, f"{kind} record: {problem}; left out", session_id))
-    trajectories = []
-    for session_id, parts in sessions.items():
-        start = parts.start
-        if start is None:
-            skipped.append(SkippedLine(parts.first_line, f"session {session_id} has no start record; its records "
-                                                         "are left out", session_id))
-        elif start.get("schema_version") != SCHEMA_VERSION:
-            version = start.get("schema_version")
-            skipped.append(SkippedLine(parts.first_line, f"session {session_id} has schema_version {version}, not "
-                                                         f"{SCHEMA_VERSION}", session_id))
-        else:
-            trajectories.append(_assemble(session_id, parts))
-    return Journal(trajectories, sorted(skipped, key=lambda s: s.line), sorted(notes, key=lambda s: s.line))
+            self._notes.append(SkippedLine(number, f"{kind} record holds text that is not valid Unicode (a lone "
+                                                   "surrogate); read with U+FFFD in its place", session_id))
+        parts = self._sessions.setdefault(session_id, _Parts(number))
+        out_of_place = parts.add(kind, record, number, self._notes)
+        if out_of_place:
+            self._skipped.append(SkippedLine(number, f"{kind} record: {out_of_place}; left out", session_id))
+
+    def _journal(self) -> Journal:
+        skipped = list(self._skipped)
+        trajectories = []
+        for session_id, parts in self._sessions.items():
+            start = parts.start
+            if start is None:
+                skipped.append(SkippedLine(parts.first_line, f"session {session_id} has no start record; its "
+                                                             "records are left out", session_id))
+            elif start.get("schema_version") != SCHEMA_VERSION:
+                version = start.get("schema_version")
+                skipped.append(SkippedLine(parts.first_line, f"session {session_id} has schema_version {version}, "
+                                                             f"not {SCHEMA_VERSION}", session_id))
+            else:
+                built = self._built.get(session_id)
+                if built is None or built[0] != parts.records:
+                    built = self._built[session_id] = (parts.records, _assemble(session_id, parts))
+                trajectories.append(built[1])
+        return Journal(trajectories, sorted(skipped, key=lambda s: s.line), sorted(self._notes, key=lambda s: s.line))
 
 
 @dataclass
@@ -368,9 +457,16 @@ class _Parts:
     paces: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
     end_line: int = 0
+    records: int = 0  # records taken: the session changed when this did
 
     def add(self, kind: str, record: dict[str, Any], line: int, notes: list[SkippedLine]) -> str | None:
         """Take one record of the session; a reason when it is left out instead."""
+        problem = self._add(kind, record, line, notes)
+        if problem is None:
+            self.records += 1
+        return problem
+
+    def _add(self, kind: str, record: dict[str, Any], line: int, notes: list[SkippedLine]) -> str | None:
         session_id = record["session_id"]
         if self.end is not None:
             return f"after the session's end record (line {self.end_line}): a second writer of the session?"
@@ -417,25 +513,9 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
     return journal.trajectories
 
 
-def _records(path: Path, skipped: list[SkippedLine],
-             notes: list[SkippedLine]) -> Iterator[tuple[int, dict[str, Any]]]:
-    if not path.is_file():
-        raise TrajectoryError(path, 0, missing_file_reason(path, ".jsonl"))
-    for number, record, problem, note in iter_records(path):
-        if problem:
-            skipped.append(SkippedLine(number, problem))
-            continue
-        kind = record.get("record") if isinstance(record, dict) else None
-        if not isinstance(kind, str) or kind not in _SHAPES or not isinstance(record.get("session_id"), str):
-            skipped.append(SkippedLine(number, "not a trajectory record (needs 'record' and a string 'session_id')"))
-            continue
-        if note:
-            notes.append(SkippedLine(number, f"{kind} record holds {note}", record["session_id"]))
-        yield number, record
-
-
 def _assemble(session_id: str, parts: _Parts) -> Trajectory:
-    start, turns, end, compactions = parts.start, parts.turns, parts.end, parts.compactions
+    # copies: a JournalReader's parts grow after this session was handed out
+    start, turns, end, compactions = parts.start, list(parts.turns), parts.end, list(parts.compactions)
     assert start is not None
     messages = end["messages"] if end is not None else rebuild_messages(start, turns, compactions)
     return Trajectory(
@@ -450,7 +530,7 @@ def _assemble(session_id: str, parts: _Parts) -> Trajectory:
         header=start,
         compactions=compactions,
         end=end or {},
-        paces=parts.paces,
+        paces=list(parts.paces),
     )
 
 
