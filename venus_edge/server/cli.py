@@ -3,7 +3,7 @@
 
     venus-edge serve --model M.gguf [--corpus DIR] [--web] [--host 127.0.0.1] [--port 8765] [--server-api-key KEY]
                      [--cors-origin URL] [--max-queue N] [--slots N] [--journal FILE]
-                     [--header-timeout S] [--body-timeout S] [--keep-alive S]
+                     [--header-timeout S] [--body-timeout S] [--keep-alive S] [--max-connections N]
     venus-edge mcp --model M.gguf [--corpus DIR] [--transport stdio|http] [--host 127.0.0.1] [--port 8766]
                    [--journal FILE] [--max-queue N]
 
@@ -40,6 +40,7 @@ from venus_edge.server.defaults import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_KEEP_ALIVE_S,
+    DEFAULT_MAX_CONNECTIONS,
     default_journal_path,
     is_loopback,
 )
@@ -122,6 +123,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve.add_argument("--keep-alive", type=float, default=DEFAULT_KEEP_ALIVE_S, metavar="S",
                        help="seconds an idle connection stays open after a response, in whole seconds (default "
                             f"{DEFAULT_KEEP_ALIVE_S:g})")
+    serve.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                       help="connections open at once; the next one is answered 503 and closed as it opens "
+                            f"(default {DEFAULT_MAX_CONNECTIONS})")
 
     mcp = commands.add_parser("mcp", help="serve research, search and visit to MCP clients (stdio or streamable HTTP)",
                               description=_MCP_DESCRIPTION)
@@ -219,8 +223,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if min(args.header_timeout, args.body_timeout, args.keep_alive) <= 0:
         parser.error(f"--header-timeout, --body-timeout and --keep-alive must be > 0 seconds, got "
                      f"{args.header_timeout:g}, {args.body_timeout:g} and {args.keep_alive:g}")
+    if args.max_connections < 1:
+        parser.error(f"--max-connections must be at least 1, got {args.max_connections}")
     settings = replace(SessionSettings.from_args(args), pace=pace_config(args, parser))
     journal = args.journal or default_journal_path()
+    _descriptors_for(args.max_connections)
     listening = _listening_socket(host, args.port)
     assert listening is not None
     with listening, open_session(settings, samples=args.slots) as session:
@@ -240,11 +247,37 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             _offer_pairing_codes(pairing, _reachable_host(host), port)
         try:
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **uvicorn_options(
-                header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive)))
+                header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive,
+                max_connections=args.max_connections)))
             server.run(sockets=[listening])
         finally:
             service.close()
     return 0
+
+
+#: File descriptors the process needs besides its connections: the model, the journal, the corpus, logs, pipes.
+_OTHER_DESCRIPTORS = 256
+
+
+def _descriptors_for(max_connections: int) -> None:
+    """Raise the soft limit on open files (up to the hard one) so that ``max_connections`` fit beside what the
+    process opens itself; say so on stderr when the hard limit is too low."""
+    import resource
+
+    needed = max_connections + _OTHER_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        target = soft
+    if target < needed:
+        fits = max(1, target - _OTHER_DESCRIPTORS)
+        print(f"venus-edge serve: warning: {max_connections} connections need about {needed} open files, and this "
+              f"process may open {target} (ulimit -n); lower --max-connections to {fits} or raise the limit",
+              file=sys.stderr, flush=True)
 
 
 def _reachable_host(host: str) -> str:

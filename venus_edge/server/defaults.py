@@ -18,6 +18,9 @@ DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0
 #: Seconds an idle keep-alive connection stays open after a response (uvicorn's default; ``serve --keep-alive``).
 DEFAULT_KEEP_ALIVE_S = 5.0
+#: Connections open at once; the next is answered 503 and closed at once (``serve --max-connections``). Each open
+#: one held ~80 KB, and enough of them ran the process out of file descriptors.
+DEFAULT_MAX_CONNECTIONS = 256
 
 
 def default_journal_path() -> Path:
