@@ -386,6 +386,8 @@ FOREIGN_LINES = {
     "record null": b'{"record": null, "session_id": "x"}',
     "session_id a list": b'{"record": "turn", "session_id": ["x"], "content": "c"}',
     "nested too deep": b"[" * 100_000 + b"]" * 100_000,
+    "nested 600 deep": b'{"record": "turn", "session_id": "x", "turn": 0, "content": "c", "tool_call": {"name": "n", '
+                       b'"arguments": {"a": ' + b"[" * 600 + b"]" * 600 + b"}}}",  # the C parser reads it; walks fail
     "an int of 5,000 digits": b'{"record": "turn", "session_id": "x", "turn": ' + b"7" * 5000 + b"}",
     "a list": b"[1, 2]",
 }

@@ -231,7 +231,7 @@ def test_a_reader_parses_only_new_lines_and_rebuilds_only_the_sessions_they_touc
     assert [len(t.turns) for t in (live, after.trajectories[3])] == [1, 2]
 
 
-@pytest.mark.parametrize("how", ["rewritten in place", "replaced by another file"])
+@pytest.mark.parametrize("how", ["rewritten in place", "replaced by another file", "rewritten at the same size"])
 def test_a_journal_rewritten_or_replaced_is_read_again_from_the_start(tmp_path: Path, how: str) -> None:
     from venus_edge.trajectory import JournalReader
 
@@ -243,9 +243,55 @@ def test_a_journal_rewritten_or_replaced_is_read_again_from_the_start(tmp_path: 
     session(other, "third", answer="three")  # longer than the first file: no size check alone would see it
     if how == "rewritten in place":
         path.write_bytes(other.read_bytes())
-    else:
+    elif how == "replaced by another file":
         other.replace(path)
+    else:  # the same bytes but the question, at the same size, and its end: no size or tail check sees it
+        data = path.read_bytes()
+        path.write_bytes(data.replace(b'"question": "question"', b'"question": "QUESTION"'))
+        assert len(path.read_bytes()) == len(data) and path.read_bytes() != data
+        assert [t.question for t in reader.read().trajectories] == ["QUESTION"]
+        return
     assert [t.answer for t in reader.read().trajectories] == ["two", "three"]
+
+
+def test_a_reader_done_with_a_last_line_reads_on_as_a_new_reader_would(tmp_path: Path) -> None:
+    from venus_edge.trajectory import JournalReader
+
+    path = tmp_path / "j.jsonl"
+    session(path, "page")
+    with path.open("ab") as out:
+        out.write(b'{"record": "start", "session_id": "b", "question": "q", "system_prompt": "p", "schema_version": 1}')
+    reader = JournalReader(path)
+    assert reader.read(last_line_done=True) == read_journal(path)
+    assert reader.read(last_line_done=True) == read_journal(path)
+    session(path, "later")
+    assert reader.read() == read_journal(path) and len(reader.read().trajectories) == 3
+
+
+def test_a_line_that_fails_as_no_check_foresaw_is_one_skipped_line(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a record makes a reader do, the journal around it reads: the line is skipped with what it raised,
+    and the reader's state is that of the lines before it (a read that stopped half way took its lines again)."""
+    import venus_edge.trajectory as trajectory
+
+    path = tmp_path / "j.jsonl"
+    session(path, "page")
+    real_from_dict = Turn.from_dict
+
+    def fails_once(record: dict[str, Any]) -> Turn:
+        if record.get("content", "").startswith("<think>") and not failed:
+            failed.append(True)
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_from_dict(record)
+
+    failed: list[bool] = []
+    monkeypatch.setattr(trajectory.Turn, "from_dict", staticmethod(fails_once))
+    reader = trajectory.JournalReader(path)
+    first = reader.read()
+    assert [s.reason for s in first.skipped] == ["could not be read (RecursionError: maximum recursion depth exceeded)"]
+    session(path, "later")
+    again = reader.read()
+    assert len(again.skipped) == 1 and [len(t.turns) for t in again.trajectories] == [1, 2], again
 
 
 def test_a_last_line_without_its_newline_is_read_once_it_is_whole(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import errno
 import functools
 import hashlib
 import json
@@ -85,7 +86,7 @@ CONTENT_TYPES: dict[str, str] = {
     ".pdf": "application/pdf",
 }
 # Bumped whenever the text pass, the tokenizer or the file layout changes, so old caches are rebuilt.
-INDEX_FORMAT_VERSION = 8
+INDEX_FORMAT_VERSION = 9  # 9: links out of the folder are skipped; an index of 8 may hold their text
 _CHECKSUMS = "sha256"  # the manifest's key for the checksums of the other files of the saved index
 SNIPPET_CHARS = 240
 _SNIFF_BYTES = 4096
@@ -228,8 +229,12 @@ class Corpus:
                 f"{', '.join(ACCEPTED_SUFFIXES)} (folders starting with {', '.join(skip_dir_prefixes)} are skipped)"
             )
         saved_manifest, saved_entries = _read_saved(cache, root)
-        unchanged = saved_manifest == manifest and not any(entry.retry for entry in saved_entries)
-        corpus = _load_index(cache, root, name, manifest, saved_entries) if unchanged else None
+        corpus = None
+        if saved_manifest == manifest:
+            # files the system refused are read again; while they still fail, the saved index stands as it is
+            retried = [_extract_entry(root, e.path, e.mtime_ns, e.size) if e.retry else e for e in saved_entries]
+            if all(entry.error for old, entry in zip(saved_entries, retried) if old.retry):
+                corpus = _load_index(cache, root, name, manifest, retried)
         if corpus is None:
             corpus = _build_index(root, name, manifest, {entry.path: entry for entry in saved_entries})
             try:
@@ -399,7 +404,10 @@ def _inside(root: Path, path: str) -> Path:
     Raises:
         ValueError: it resolves outside ``root`` (module docstring: such a link is never read).
     """
-    file = (root / path).resolve()
+    try:
+        file = (root / path).resolve()
+    except RuntimeError as exc:  # Python 3.11-3.12 raise it for a loop of links (3.13: OSError ELOOP)
+        raise OSError(errno.ELOOP, f"a loop of symbolic links ({exc})") from None
     if not file.is_relative_to(root.resolve()):
         raise ValueError("a symbolic link to a file outside the corpus folder; only files under the folder are "
                          "documents")

@@ -18,9 +18,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from venus_edge.text import valid_text
+from venus_edge.text import nesting_depth, valid_text
 
 __all__: list[str] = []
+
+#: Lists and objects nest at most this deep in a record read back (a trajectory record nests 5 deep; a model's tool
+#: call at most ``protocol.parse.MAX_CALL_DEPTH``, 32): every walk of a record (``valid_text``, the server's JSON)
+#: recurses, and ~500 levels exhaust Python's stack where the C parser still reads ~990.
+MAX_RECORD_DEPTH = 64
 
 
 def _line(record: Any, path: Path) -> bytes:
@@ -82,7 +87,7 @@ def append_record(path: Path, record: Any) -> None:
 
 def parse_line(raw: bytes) -> tuple[Any, str, str]:
     """One JSONL line as ``(value, problem, note)``: ``(value, "", "")`` when it reads as written; ``(None, reason,
-    "")`` when it is not JSON that Python can hold (torn by a crash, nested deeper than the parser recurses, an
+    "")`` when it is not JSON that Python can hold (torn by a crash, nested deeper than ``MAX_RECORD_DEPTH``, an
     integer of more digits than ``int`` converts); ``(value, "", note)`` when bytes that are not UTF-8 (a foreign
     editor, a damaged disk) were read as U+FFFD and the rest of the record was kept. Never raises."""
     try:
@@ -91,7 +96,7 @@ def parse_line(raw: bytes) -> tuple[Any, str, str]:
         text = raw.decode("utf-8", "replace")
         note = f"bytes that are not UTF-8 (from byte {exc.start}) read as U+FFFD"
     try:
-        return json.loads(text), "", note
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         torn = "; a record torn by a crash?" + (" It is not UTF-8 either" if note else "")
         return None, f"not JSON ({exc.msg} at char {exc.pos}{torn})", ""
@@ -99,6 +104,9 @@ def parse_line(raw: bytes) -> tuple[Any, str, str]:
         return None, "not JSON this reader can hold (nested deeper than Python's parser goes)", ""
     except ValueError as exc:  # an integer beyond sys.get_int_max_str_digits
         return None, f"not JSON this reader can hold ({exc})", ""
+    if nesting_depth(value) > MAX_RECORD_DEPTH:
+        return None, f"not JSON this reader can hold (nested deeper than {MAX_RECORD_DEPTH} levels)", ""
+    return value, "", note
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, Any, str, str]]:

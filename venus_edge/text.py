@@ -50,6 +50,19 @@ def valid_text(value: _T, *, source: str | None = None) -> _T:
     return repaired  # type: ignore[no-any-return]
 
 
+def nesting_depth(value: Any) -> int:
+    """How deep lists, tuples and dicts nest in ``value`` (a scalar is 0), walked without recursion: a value from
+    outside (a journal line, a data row, a model's tool call) may nest deeper than any recursive walk of it can go
+    (Python's C JSON parser reads ~990 levels; ``valid_text`` and ``json.dumps`` recurse at ~500)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def shown_path(path: str | os.PathLike[str]) -> str:
     """``path`` as text for a message or stdout: the bytes of its name that are not UTF-8 as ``\\xNN`` escapes
     (a path is bytes; it is shown, never repaired, so that the user can still find the file)."""

@@ -332,14 +332,19 @@ class JournalReader:
 
     A server's history pages read the journal after every change; parsing the whole file each time cost 2.7 s and
     ~300 MB for a 50 MB journal, at every new turn. The lines already read are trusted while the file is the same
-    file (device and inode), no shorter, and still holds the bytes it had where the last read stopped; otherwise it
-    is read again from the start. Not thread-safe: one reader per thread, or a lock around ``read``.
+    file (device and inode), no shorter, and still begins with the 4 KiB and holds the 64 bytes before where the
+    last read stopped that it held then; otherwise it is read again from the start. That is a check for a journal
+    replaced or cut, not a proof: a file rewritten in place between those bytes, at the same size or longer, is not
+    seen (the writer only appends; ``read_journal`` reads the file as it is). A line that fails in a way no check
+    foresaw is one skipped line, so the reader's state stays that of the lines before it. Not thread-safe: one
+    reader per thread, or a lock around ``read``.
 
     Args:
         path: the journal file.
     """
 
     _CHECK_BYTES = 64  # the bytes before the last read's end, compared again at the next read
+    _HEAD_BYTES = 4096  # the file's first bytes, compared again at the next read
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -350,6 +355,7 @@ class JournalReader:
         self._offset = 0  # bytes of whole lines read
         self._line = 0  # lines read (blank ones too)
         self._check = b""  # the last _CHECK_BYTES bytes read
+        self._head = b""  # the first _HEAD_BYTES bytes read
         self._sessions: dict[str, _Parts] = {}
         self._skipped: list[SkippedLine] = []
         self._notes: list[SkippedLine] = []
@@ -360,7 +366,7 @@ class JournalReader:
 
         A last line without its newline is a record being written, or one torn by a crash: it is read once its
         newline comes (the writer starts its next record on a new line after a torn one), or now with
-        ``last_line_done`` (nothing writes the file any more).
+        ``last_line_done`` (nothing writes the file any more; the reader's next read starts over).
 
         Raises:
             TrajectoryError: the file does not exist (or is not a file).
@@ -370,25 +376,30 @@ class JournalReader:
         with self.path.open("rb") as handle:
             info = os.fstat(handle.fileno())
             identity = (info.st_dev, info.st_ino)
-            start = self._offset - len(self._check)
-            handle.seek(start)
+            head = handle.read(self._HEAD_BYTES)
+            handle.seek(self._offset - len(self._check))
             data = handle.read()
-        if identity != self._identity or info.st_size < self._offset or not data.startswith(self._check):
-            self._restart(identity)  # another file, or rewritten: from the start
+        same = (identity == self._identity and info.st_size >= self._offset
+                and head.startswith(self._head) and data.startswith(self._check))
+        if same:
+            data = data[len(self._check):]
+        else:  # another file, cut or rewritten: from the start
+            self._restart(identity)
             with self.path.open("rb") as handle:
                 data = handle.read()
-        else:
-            data = data[len(self._check):]
         whole = data.rfind(b"\n") + 1
-        lines = data[:whole].split(b"\n")[:-1]
-        for raw in lines:
+        for raw in data[:whole].split(b"\n")[:-1]:
             self._take(raw)
         if whole:
             self._offset += whole
             self._check = (self._check + data[:whole])[-self._CHECK_BYTES:]
+            self._head = head[:min(self._offset, self._HEAD_BYTES)]
         partial = data[whole:]
         if last_line_done and partial.strip():
-            self._take(partial)  # the reader is done with this file: nothing reads past it
+            self._take(partial)
+            journal = self._journal()
+            self._restart(None)  # that line was taken without its newline: nothing can be read on from here
+            return journal
         return self._journal()
 
     def _take(self, raw: bytes) -> None:
@@ -399,6 +410,12 @@ class JournalReader:
             raw = raw.removeprefix(b"\xef\xbb\xbf")
         if not raw.strip():
             return
+        try:
+            self._take_record(number, raw)
+        except Exception as exc:  # whatever a line does, it is one skipped line, not a failed read
+            self._skipped.append(SkippedLine(number, f"could not be read ({type(exc).__name__}: {exc})"))
+
+    def _take_record(self, number: int, raw: bytes) -> None:
         record, unreadable, note = parse_line(raw)
         if unreadable:
             self._skipped.append(SkippedLine(number, unreadable))

@@ -258,6 +258,22 @@ def test_a_link_out_of_the_folder_is_never_indexed_searched_or_read(tmp_path: Pa
         corpus.read("corpus://docs/good.md")
 
 
+def test_a_loop_of_links_is_a_file_that_cannot_be_read_not_an_error_of_the_corpus(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The frobnicator is in a.\n", encoding="utf-8")
+    (folder / "b.txt").write_text("The frobnicator is in b.\n", encoding="utf-8")
+    corpus = Corpus.open(folder, index_dir=tmp_path / "index")
+    (folder / "a.txt").unlink()
+    (folder / "a.txt").symlink_to("a.txt")  # a loop made after indexing
+    with pytest.raises(DocumentNotFoundError, match=r"cannot read corpus://docs/a\.txt"):
+        corpus.read("corpus://docs/a.txt")
+    (folder / "c.txt").symlink_to("d.txt")
+    (folder / "d.txt").symlink_to("c.txt")  # a loop seen at indexing: the manifest's stat passes it over
+    again = Corpus.open(folder, index_dir=tmp_path / "index")
+    assert [hit.url for hit in again.search("frobnicator")] == ["corpus://docs/b.txt"]
+
+
 def test_a_file_the_system_refused_is_read_again_at_the_next_open(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Permission denied (``chmod 000``, then ``chmod 644``: neither mtime nor size changes), an I/O error: the
@@ -278,6 +294,8 @@ def test_a_file_the_system_refused_is_read_again_at_the_next_open(tmp_path: Path
     monkeypatch.setattr(Path, "read_bytes", refused)
     first = Corpus.open(folder, index_dir=index)
     assert "Permission denied" in first.skipped["a.txt"] and first.search("frobnicator") == []
+    still = Corpus.open(folder, index_dir=index)  # tried again; still refused: the saved index stands, not rebuilt
+    assert still.loaded_from_cache and "Permission denied" in still.skipped["a.txt"]
     monkeypatch.setattr(Path, "read_bytes", real_read)
     second = Corpus.open(folder, index_dir=index)
     assert "a.txt" not in second.skipped and [h.url for h in second.search("frobnicator")] == ["corpus://docs/a.txt"]

@@ -93,6 +93,7 @@ def test_every_bad_row_is_counted_with_its_reason_and_the_good_rows_around_it_lo
 @pytest.mark.parametrize("line", [
     '{"question": "' + "1" * 5000 + '", "x": ' + "1" * 5000 + "}",  # an int beyond int()'s digit limit
     '{"question": "q", "messages": [' * 2000,  # torn and deep
+    '{"question": "q", "messages": ' + "[" * 600 + "]" * 600 + "}",  # the C parser reads it; every walk recursed
 ])
 def test_json_that_python_cannot_hold_is_one_broken_row(tmp_path, line):
     loaded = load_samples([write_jsonl(tmp_path / "odd.jsonl", [line, openai_row()])])

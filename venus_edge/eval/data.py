@@ -31,8 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from venus_edge.jsonl import parse_line
-from venus_edge.text import valid_text
+from venus_edge.jsonl import MAX_RECORD_DEPTH, parse_line
+from venus_edge.text import nesting_depth, valid_text
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +149,9 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
             raise ValueError(f"{path}: a .json data file holds a list of rows, got a {type(data).__name__}")
         items = data
         for number, row in enumerate(items, start=1):
+            if nesting_depth(row) > MAX_RECORD_DEPTH:
+                yield number, f"nested deeper than {MAX_RECORD_DEPTH} levels"
+                continue
             yield number, row if isinstance(row, dict) else "not a JSON object"
         return
     # split on b"\n" alone and decode line by line: a stray byte or a U+2028 in one row spoils only that row

@@ -42,7 +42,7 @@ from venus_edge.protocol.render import (
     TOOL_CALL_OPEN,
     TOOL_RESPONSE_OPEN,
 )
-from venus_edge.text import valid_text
+from venus_edge.text import nesting_depth, valid_text
 from venus_edge.tools.base import unknown_tool_message
 from venus_edge.tools.python_interpreter import PYTHON_INTERPRETER_NAME
 
@@ -550,7 +550,7 @@ def decode_call(
     if payload is None:
         errors.append(FormatError("invalid_json", "The tool call is not valid JSON.", fatal=True))
         return None
-    if _nesting_depth(payload) > MAX_CALL_DEPTH:  # every later walk (coercion, json.dumps) would recurse that deep
+    if nesting_depth(payload) > MAX_CALL_DEPTH:  # every later walk (coercion, json.dumps) would recurse that deep
         errors.append(
             FormatError("invalid_json", f"The tool call nests deeper than {MAX_CALL_DEPTH} levels.", fatal=True)
         )
@@ -601,17 +601,6 @@ def _code_argument(arguments: dict[str, Any], code: str | None, errors: list[For
         errors.append(FormatError("both_code_forms", "The code is both in arguments.code and in a <code> block; "
                                   "the <code> block was run.", fatal=False))
     return {**arguments, "code": code}
-
-
-def _nesting_depth(value: Any) -> int:
-    """How deep lists and dicts nest in ``value`` (a scalar is 0), walked without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
 
 
 def _load_lenient(raw: str) -> tuple[Any, FormatError | None]:
