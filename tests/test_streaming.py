@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from venus_edge.agent import Agent
 from venus_edge.engines.base import GREEDY, SamplingParams, StopStream, stream_generation
@@ -147,6 +149,53 @@ def test_a_real_decode_stops_at_the_next_token_when_cancelled(smollm2_engine: Ll
     again = smollm2_engine.generate(prompt, grammar=NUMBERS, sampling=SamplingParams(
         temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=8))
     assert again.text.startswith("".join(received)[:5])
+
+
+def test_a_cancel_during_a_long_prompt_stops_at_the_next_batch_and_keeps_what_was_evaluated(
+        smollm2_gguf: Path, real_model_run: RealModelRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel (Ctrl-C, DELETE, a client that leaves) waited for the whole prompt: 24 s for 2,450 tokens of
+    SmolLM2 on one thread, minutes for a 4B model and a long tool result. The engine asks between its 512-token
+    batches; the consumer's first answer after the cancel stops it there. The batches evaluated stay in the KV
+    cache: the same prompt again reuses them and writes what a new engine writes."""
+    import llama_cpp
+
+    prompt = [tok for _ in range(3) for tok in smollm2_engine_tokens(smollm2_gguf)][:2_000]
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=6)
+    decodes: list[int] = []
+    real_decode = llama_cpp.llama_decode
+
+    def counted(ctx: object, batch: llama_cpp.llama_batch) -> int:
+        decodes.append(batch.n_tokens)
+        return int(real_decode(ctx, batch))
+
+    with LlamaCppEngine(smollm2_gguf, n_ctx=4096, **real_model_run.engine_args(seed=0)) as engine:
+        monkeypatch.setattr(llama_cpp, "llama_decode", counted)
+        cancel = threading.Event()
+        stream = stream_generation(engine, prompt, cancel=cancel, sampling=sampling)
+        cancel.set()  # before the engine's first question: it stops after its first batch
+        received, completion = _drain(stream)
+        assert received == [] and completion.finish_reason == "cancelled" and completion.token_ids == []
+        assert decodes == [512], decodes  # one batch of the four the prompt needs
+        assert completion.stats.prompt_tokens_evaluated == 512
+        monkeypatch.setattr(llama_cpp, "llama_decode", real_decode)
+        again = engine.generate(prompt, sampling=sampling)
+    assert again.stats.prompt_tokens_reused == 512 and again.finish_reason != "cancelled"
+    with LlamaCppEngine(smollm2_gguf, n_ctx=4096, **real_model_run.engine_args(seed=0)) as fresh:
+        assert fresh.generate(prompt, sampling=sampling).text == again.text
+
+
+def smollm2_engine_tokens(model: Path) -> list[int]:
+    with LlamaCppEngine(model, n_ctx=1024) as engine:
+        return engine.tokenize(COUNT * 40)
+
+
+def _drain(stream: Any) -> tuple[list[str], Any]:
+    received = []
+    try:
+        while True:
+            received.append(next(stream))
+    except StopIteration as done:
+        return received, done.value
 
 
 def test_a_cancelled_batched_sequence_leaves_the_other_decoding(smollm2_gguf: Path,

@@ -153,8 +153,10 @@ class Engine(Protocol):
 
     ``on_text`` receives the text as it is decoded, whole characters only, never a stop string; when it raises
     ``GenerationCancelled`` the engine stops at that token and returns with ``finish_reason == "cancelled"``
-    (feeding the text through a ``StopStream`` gives both). ``stream_generation`` turns any engine's
-    ``generate`` into an iterator of text pieces.
+    (feeding the text through a ``StopStream`` gives both). An engine that evaluates a long prompt in batches may
+    call ``on_text("")`` between them (``StopStream.poll``): no text, a point at which to cancel, so that a cancel
+    does not wait for the whole prompt (minutes of prefill for a 4B model on a CPU). ``stream_generation`` turns
+    any engine's ``generate`` into an iterator of text pieces.
 
     Abilities are declared, not probed: ``concurrent_rollouts`` says whether several agents may call ``generate``
     at the same time (a model server batches concurrent requests; an in-process context decodes one at a time).
@@ -205,7 +207,8 @@ def stream_generation(
     def on_text(text: str) -> None:
         if stopped.is_set() or (cancel is not None and cancel.is_set()):
             raise GenerationCancelled("the generation was cancelled")
-        pieces.put(text)
+        if text:  # "" is an engine asking whether to go on (StopStream.poll)
+            pieces.put(text)
 
     def work() -> None:
         try:
@@ -330,6 +333,16 @@ class StopStream:
 
     def flush(self) -> None:
         self._emit(len(self.text))
+
+    def poll(self) -> bool:
+        """Ask ``on_text`` whether to go on while no text comes (a prompt being evaluated): it is called with ``""``
+        and may raise ``GenerationCancelled``; True when the stream is cancelled."""
+        if self.on_text is not None and not self.cancelled:
+            try:
+                self.on_text("")
+            except GenerationCancelled:
+                self.cancelled = True
+        return self.cancelled
 
     def _emit(self, upto: int) -> None:
         if upto > self.emitted:

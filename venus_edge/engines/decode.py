@@ -24,7 +24,7 @@ import codecs
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import llama_cpp
@@ -120,15 +120,20 @@ class KVContext:
             self.llm.n_tokens = n_tokens
         self.llm._requires_eval = True
 
-    def evaluate(self, tokens: Sequence[int], *, all_logits: bool = False) -> float:
+    def evaluate(self, tokens: Sequence[int], *, all_logits: bool = False,
+                 stop: Callable[[], bool] | None = None) -> float:
         """Append ``tokens`` to the KV cache (``n_batch`` at a time), with logits for the last one, or for every
         one with ``all_logits`` (then ``tokens`` must fit in one batch). Returns the seconds ``llama_decode`` took.
+        ``stop`` is asked before each batch after the first; when it says True the rest is left out (the KV cache
+        holds the batches evaluated: ``llm.n_tokens`` says how many tokens).
 
         Raises:
             RuntimeError: llama.cpp refused the batch (``llama_decode`` status; 1: no room in the KV cache).
         """
         batch, spent = self.batch, 0.0
         for begin in range(0, len(tokens), self.n_batch):
+            if begin and stop is not None and stop():
+                break
             chunk = tokens[begin: begin + self.n_batch]
             n_past = self.llm.n_tokens
             batch.n_tokens = len(chunk)
@@ -237,12 +242,21 @@ def decode_loop(
     chain = sampler_chain(vocabulary._vocab, sampling, grammar=grammar, seed=seed, penalty_window=max_tokens)
     drafted = accepted = steps = 0
     try:
-        context.evaluate(prompt_ids[reused:])
+        def stopped() -> bool:  # a cancel while the prompt is evaluated: the engine closing, or the consumer's
+            return (cancel is not None and cancel.is_set()) or stream.poll()
+
+        context.evaluate(prompt_ids[reused:], stop=stopped)
+        evaluated_to = min(context.llm.n_tokens, len(prompt_ids))
         first = time.perf_counter()
-        if drafter is not None:
-            drafter.begin(prompt_ids)
-        token = llama_cpp.llama_sampler_sample(chain, context.ctx, -1)
-        done = emitter.emit(token, context.logprob(-1, token) if sampling.logprobs else None)
+        done = context.llm.n_tokens < len(prompt_ids) or stopped()
+        token = -1  # the pending token: none until one is sampled
+        if done:  # nothing sampled; the KV cache keeps the prompt's batches evaluated, for the next call to reuse
+            emitter.finish = "cancelled"
+        else:
+            if drafter is not None:
+                drafter.begin(prompt_ids)
+            token = llama_cpp.llama_sampler_sample(chain, context.ctx, -1)
+            done = emitter.emit(token, context.logprob(-1, token) if sampling.logprobs else None)
         while not done:
             # room: the pending token and the draft must fit in the window and in one batch
             space = min(context.n_ctx - context.llm.n_tokens - 1, context.n_batch - 1,
@@ -281,12 +295,12 @@ def decode_loop(
     finally:
         llama_cpp.llama_sampler_free(chain)
     # Plain decoding leaves the prompt and every emitted token but the last in the KV cache; so does this.
-    context.truncate(len(prompt_ids) + emitter.sampled - 1)
+    context.truncate(min(len(prompt_ids) + emitter.sampled - 1, context.llm.n_tokens))
     emitter.close()
     end = time.perf_counter()
     stats = GenerationStats(
         prompt_tokens=len(prompt_ids),
-        prompt_tokens_evaluated=len(prompt_ids) - min(reused, not_evaluated),
+        prompt_tokens_evaluated=evaluated_to - min(reused, not_evaluated),
         prompt_tokens_reused=min(reused, not_evaluated),
         tokens_decoded=emitter.sampled,
         prefill_s=first - start,
