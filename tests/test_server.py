@@ -315,6 +315,62 @@ def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_ggu
     assert trajectory.termination == messages[-1][2]["termination"]
 
 
+def _start_serve(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """``venus-edge serve`` (``--port 0``) started as a user starts it; the process and its base URL once it answers."""
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    banner = process.stderr.readline()  # type: ignore[union-attr]
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/", banner)
+    assert "venus-edge serve:" in banner and found, banner
+    base = f"http://127.0.0.1:{found.group(1)}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.2)
+
+
+def test_ctrl_c_on_serve_interrupts_a_running_session_which_then_resumes(tmp_path: Path, smollm2_gguf: Path,
+                                                                          docs_corpus: Path,
+                                                                          real_model_run: RealModelRun) -> None:
+    """Ctrl-C on `serve` while a session decodes: its client's stream ends with `session_finished`, termination
+    `interrupted`, the server exits at once, and the journal keeps the session open, so that `research --resume`
+    goes on with it. (It used to write `cancelled`, which cannot be resumed, after uvicorn had waited for the
+    stream, and the client's stream ended without `session_finished`.)"""
+    import signal
+
+    from venus_edge.agent import resumable_session
+
+    journal = tmp_path / "served.jsonl"
+    process, base = _start_serve([
+        sys.executable, "-m", "venus_edge.cli", "serve", "--model", str(smollm2_gguf), "--corpus", str(docs_corpus),
+        "--max-turns", "2", "--n-ctx", "4096", "--max-tokens", "3000", "--threads", "2", "--no-prompt-cache",
+        "--port", "0", "--journal", str(journal), *real_model_run.cli_args()])
+    messages: list[tuple[str, str, Any]] = []
+    try:
+        with httpx.stream("POST", f"{base}/v1/research", timeout=300,
+                          json={"question": "Write out, in full, every function of the os module."}) as response:
+            for message in read_sse(response):
+                messages.append(message)
+                if message[0] == "text" and not any(kind == "text" for kind, _, _ in messages[:-1]):
+                    process.send_signal(signal.SIGINT)  # the first turn is decoding
+        code = process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    kinds = [kind for kind, _, _ in messages]
+    assert kinds[-1] == "session_finished" and messages[-1][2]["termination"] == "interrupted", kinds[-3:]
+    assert code == 130 and "stopped; a session that was running is kept in the journal" in \
+        process.stderr.read()  # type: ignore[union-attr]
+    session_id = messages[-1][2]["session_id"]
+    (trajectory,) = read_journal(journal).trajectories
+    assert trajectory.session_id == session_id and trajectory.termination == "incomplete"
+    assert resumable_session(journal).session_id == session_id
+
+
 def test_many_sessions_share_the_journal_without_mixing_records(journal: Path) -> None:
     engine = ScriptedEngine(lambda prompt: answer_turn(prompt.rsplit("Q", 1)[-1][:3]), piece_chars=2)
     service, server = serve(engine, journal, max_queue=32)

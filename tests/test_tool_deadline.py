@@ -93,6 +93,29 @@ def test_cancel_abandons_a_running_tool_at_once_and_the_journal_says_cancelled(b
     assert [f["kind"] for f in trajectory.turns[0].tool_failures] == ["cancelled"]
 
 
+def test_an_interrupt_during_a_tool_call_leaves_the_session_open_and_the_resume_makes_the_call_whole(
+        blocking: BlockingTool, tmp_path: Path) -> None:
+    """A server shutting down interrupts (``interrupt``, then ``cancel``): the call cut short is not recorded as a
+    cancelled failure the model would read after a resume; the journal keeps the session open, and the resume
+    makes the call again, whole."""
+    journal = tmp_path / "j.jsonl"
+    cancel, interrupt = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (blocking.entered.wait(), interrupt.set(), cancel.set()), daemon=True).start()
+    engine = ScriptedEngine([tool_call_turn("nap", s=30), answer_turn("never reached")])
+    result, _ = collect_events(Agent(engine, [blocking], trajectory_path=journal).events(
+        "q", cancel=cancel, interrupt=interrupt))
+    assert result.termination == "interrupted" and not blocking.returned.is_set()
+    [trajectory] = read_trajectories(journal)
+    assert trajectory.termination == "incomplete" and trajectory.turns == []
+    blocking.release.set()  # the tool answers now
+    resumed = Agent(ScriptedEngine([tool_call_turn("nap", s=30), answer_turn("rested")]), [blocking],
+                    trajectory_path=journal).resume(journal)
+    assert resumed.answer == "rested"
+    [trajectory] = read_trajectories(journal)
+    assert trajectory.termination == "answered" and trajectory.turns[0].observation is not None
+    assert "woke up" in trajectory.turns[0].observation and not trajectory.turns[0].tool_failures
+
+
 def test_a_tool_that_takes_the_deadline_gets_the_sessions_and_its_own_result_is_kept() -> None:
     tool = PoliteTool()
     engine = ScriptedEngine([tool_call_turn("nap", s=30), answer_turn("never reached")])

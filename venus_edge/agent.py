@@ -92,6 +92,7 @@ from venus_edge.result import (
     BATTERY_LOW,
     CANCELLED,
     ERROR,
+    INTERRUPTED,
     LLM_ERROR,
     MAX_STEPS,
     TIMEOUT,
@@ -398,6 +399,7 @@ class Agent:
         return _last_result(self.events(question, cancel=cancel))
 
     def events(self, question: str, *, cancel: threading.Event | None = None,
+               interrupt: threading.Event | None = None,
                session_id: str | None = None) -> Generator[Event, None, Result]:
         """Run the session as a generator of typed events; the last, ``SessionFinished``, carries the ``Result``
         (the generator returns it too, for ``yield from``). The trajectory journal is written as the events happen.
@@ -411,19 +413,23 @@ class Agent:
         also stops the decode, but leaves the session without an end record (resumable, as a killed process). An
         exception from the engine or the loop writes the end record with termination ``error`` and goes on to the
         caller. ``session_id`` names the session in events and journal (default a new random hex id).
+        Setting ``interrupt`` and then ``cancel`` stops the session as a killed process would be stopped (a server
+        shutting down): the turn in flight, its tool call included, is not recorded and no end record is written,
+        so the journal resumes the session; the result's termination is ``interrupted``.
 
         Raises:
             SessionLockedError: (when the generator starts) another writer is writing ``session_id`` to the same
                 journal (``venus_edge.session_lock``).
         """
-        return _Session(self, question, cancel=cancel, session_id=session_id).run()
+        return _Session(self, question, cancel=cancel, interrupt=interrupt, session_id=session_id).run()
 
     def resume(self, journal_path: str | Path, session_id: str | None = None) -> Result:
         """Continue a killed session from its last complete turn (see ``resume_events``)."""
         return _last_result(self.resume_events(journal_path, session_id))
 
     def resume_events(self, journal_path: str | Path, session_id: str | None = None, *,
-                      cancel: threading.Event | None = None) -> Generator[Event, None, Result]:
+                      cancel: threading.Event | None = None,
+                      interrupt: threading.Event | None = None) -> Generator[Event, None, Result]:
         """Continue a session that has no end record (a killed run) from its last complete turn, as events.
 
         The session keeps its id, question, system prompt (its date included) and config (seed, limits, policy:
@@ -465,7 +471,8 @@ class Agent:
             raise TrajectoryError(path, 0, f"session {trajectory.session_id} was recorded with the tools "
                                            f"{names}; this agent has {list(self.registry.names)}: resume with the "
                                            "same tools (or replay their recording)")
-        return _Session(self, trajectory.question, resumed=trajectory, journal_path=path, cancel=cancel).run()
+        return _Session(self, trajectory.question, resumed=trajectory, journal_path=path, cancel=cancel,
+                        interrupt=interrupt).run()
 
 
 class _Cancelled(Exception):
@@ -565,9 +572,10 @@ class _Session:
 
     def __init__(self, agent: Agent, question: str, *, resumed: Trajectory | None = None,
                  journal_path: Path | None = None, cancel: threading.Event | None = None,
-                 session_id: str | None = None) -> None:
+                 interrupt: threading.Event | None = None, session_id: str | None = None) -> None:
         self.agent = agent
         self.cancel = cancel
+        self.interrupt = interrupt
         self.engine = agent.engine
         self.config = AgentConfig.from_dict(resumed.header["config"]) if resumed else agent.config
         self.question = valid_text(question, source="the question")  # stored, tokenized and sent: valid Unicode
@@ -677,6 +685,8 @@ class _Session:
         try:
             return (yield from self._loop())
         except (_Cancelled, GenerationCancelled):  # the latter from an engine that lets it out of generate
+            if self._interrupted():  # as a killed process: the journal keeps the session open
+                return (yield from self._end(INTERRUPTED, None, record_end=False))
             return (yield from self._end(CANCELLED, None))
         except EngineConnectionError as exc:
             yield ErrorRaised(self.turns, "engine", f"{type(exc).__name__}: {exc}")
@@ -774,6 +784,8 @@ class _Session:
             if attempt.call is not None:
                 self.tool_calls[index] = {"name": attempt.call.name, "arguments": attempt.call.arguments}
                 result, tool_s = yield from self._call_tool(step, attempt.call)
+                if self._interrupted():  # the call was cut short: a resume makes it again, whole
+                    raise _Cancelled
                 text = protocol.observation(self._fit_result(result.text))
             else:
                 text = protocol.format_error_message(self.config.observation_style)
@@ -1015,8 +1027,11 @@ class _Session:
         return [url for url in dict.fromkeys(found) if url not in self.unreadable]
 
     def _check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
+        if (self.cancel is not None and self.cancel.is_set()) or self._interrupted():
             raise _Cancelled
+
+    def _interrupted(self) -> bool:
+        return self.interrupt is not None and self.interrupt.is_set()
 
     def _retry(self, step: int, attempt: int, reason: str, detail: str) -> Iterator[Event]:
         self.totals.retries += 1

@@ -316,12 +316,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message_for(SETTING_FLAGS)}", file=sys.stderr)  # the fix named by its flag
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("interrupted; the trajectory written so far is kept", file=sys.stderr)
+        print(_INTERRUPTED.get(args.command, "interrupted"), file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout's reader left (`| head`): end quietly, as a killed writer would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not raise again
         return EXIT_BROKEN_PIPE
     parser.error(f"unknown command {args.command!r}")
+
+
+#: What Ctrl-C leaves behind, by command (exit 130).
+_INTERRUPTED = {
+    "research": "interrupted; the trajectory written so far is kept (continue it with --resume)",
+    "eval": "interrupted; the results written so far are kept (the same command goes on from them)",
+    "serve": "stopped; a session that was running is kept in the journal, resumable with research --resume",
+    "mcp": "stopped; a session that was running is kept in the journal, resumable with research --resume",
+    "bench": "interrupted; the report keeps the configurations measured (the same command goes on from them)",
+}
 
 
 def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

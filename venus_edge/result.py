@@ -28,6 +28,9 @@ ERROR = "error"
 #: Stopped by pacing (``venus_edge.pacing``) before a turn, a discharging battery being below its floor. No end record
 #: is written, so the journal resumes the session (it reads back as ``incomplete``).
 BATTERY_LOW = "battery_low"
+#: Stopped by its caller as a killed process would be (``interrupt`` set: a server shutting down): the turn in flight
+#: is not recorded and no end record is written, so the journal resumes the session (it reads back as ``incomplete``).
+INTERRUPTED = "interrupted"
 #: Not a reason a session gives: a journaled session without an end record (a killed run; resumable).
 INCOMPLETE = "incomplete"
 
@@ -69,6 +72,7 @@ TERMINATIONS: dict[str, Termination] = {t.name: t for t in (
     Termination(CANCELLED, "Cancelled", "no_answer"),
     Termination(ERROR, "Failed", "no_answer"),
     Termination(BATTERY_LOW, "Stopped: battery low (resumable)", "no_answer"),
+    Termination(INTERRUPTED, "Interrupted (resumable)", "no_answer"),
     Termination(INCOMPLETE, "Incomplete (never finished)", "no_answer"),
 )}
 

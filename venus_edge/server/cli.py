@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from venus_edge.flags import (
     add_deprecated_alias,
@@ -53,6 +53,9 @@ from venus_edge.server.pairing import (
     print_pairing_code,
 )
 from venus_edge.session import SessionSettings, SetupError, open_session
+
+if TYPE_CHECKING:
+    from venus_edge.server.service import ResearchService
 
 __all__ = ["add_commands", "run"]
 
@@ -246,13 +249,32 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if pairing is not None:
             _offer_pairing_codes(pairing, _reachable_host(host), port)
         try:
-            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **uvicorn_options(
+            server = _closing_server(uvicorn.Config(app, log_level="warning", **uvicorn_options(
                 header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive,
-                max_connections=args.max_connections)))
+                max_connections=args.max_connections)), service)
             server.run(sockets=[listening])
         finally:
             service.close()
     return 0
+
+
+def _closing_server(config: Any, service: ResearchService) -> Any:
+    """A ``uvicorn.Server`` that, as it starts to shut down (Ctrl-C, SIGTERM), stops accepting and closes
+    ``service`` before it waits for the open connections: each running session is interrupted (resumable; its
+    client's stream ends with ``session_finished``, termination ``interrupted``), so the wait ends. uvicorn alone
+    waits for every open research stream to end first, and the service was closed only after it."""
+    import asyncio
+
+    import uvicorn
+
+    class ClosingServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            for listening in self.servers:
+                listening.close()
+            await asyncio.to_thread(service.close)  # its workers publish the sessions' last events meanwhile
+            await super().shutdown(sockets=sockets)
+
+    return ClosingServer(config)
 
 
 #: File descriptors the process needs besides its connections: the model, the journal, the corpus, logs, pipes.

@@ -104,6 +104,8 @@ class SessionHandle:
         events: each event as ``Event.to_dict()``, in order; the last is ``session_finished``.
         result: the ``Result`` its ``SessionFinished`` event carried, once the session ended; else None.
         cancel: set to stop the session (``ResearchService.cancel``).
+        interrupt: set (before ``cancel``) by ``ResearchService.close`` so that a running session stops as a
+            killed process would: not ended in the journal, resumable (``Agent.events``' ``interrupt``).
         submitted_at: ``time.time()`` of the request.
     """
 
@@ -113,6 +115,7 @@ class SessionHandle:
     state: str = "queued"
     events: list[dict[str, Any]] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
+    interrupt: threading.Event = field(default_factory=threading.Event)
     submitted_at: float = field(default_factory=time.time)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _listeners: list[Callable[[dict[str, Any] | None], object]] = field(default_factory=list, repr=False)
@@ -391,7 +394,9 @@ class ResearchService:
             return dict(self.counters), dict(self.figures)
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Cancel every session, queued or running, and stop the workers (waiting at most ``timeout_s``)."""
+        """Stop the workers (waiting at most ``timeout_s``): a queued session is cancelled (it never started); a
+        running one is interrupted: its client is told ``interrupted``, and the journal keeps it open, so that
+        ``research --resume`` goes on with it (a server stopped with Ctrl-C loses no session)."""
         with self._lock:
             self._closed = True
             waiting = list(self._waiting)
@@ -401,6 +406,7 @@ class ResearchService:
             handle.cancel.set()
             self._finish_unrun(handle)
         for handle in list(self.sessions.values()):
+            handle.interrupt.set()
             handle.cancel.set()
         deadline = time.monotonic() + timeout_s
         for worker in self._workers:
@@ -435,7 +441,8 @@ class ResearchService:
         try:
             session = Agent(agent.engine, self.tools, config=handle.config, trajectory_path=self.journal_path,
                             pace=agent.pace)
-            stream = session.events(handle.question, cancel=handle.cancel, session_id=handle.session_id)
+            stream = session.events(handle.question, cancel=handle.cancel, interrupt=handle.interrupt,
+                                    session_id=handle.session_id)
             for event in stream:
                 self._observe(event)
                 if isinstance(event, SessionFinished):
