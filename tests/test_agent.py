@@ -91,6 +91,26 @@ def test_the_summary_says_what_was_searched_and_read_with_titles(tools, tmp_path
     )
 
 
+def test_the_summary_lists_a_search_whose_results_the_context_limit_replaced(tools, tmp_path):
+    """At the context limit the last tool result gives way to the limit's notice (the forced answer): the summary
+    said "Searched: nothing" after searches that ran. It lists them by their calls' queries."""
+    from dataclasses import replace
+
+    result, _, _ = run([
+        call("search", query=["tomllib added"]),
+        call("search", query=["pickle protocol", "toml writer"]),
+        answer("Python 3.11"),
+    ], tools, tmp_path)
+    messages = list(result.messages)
+    messages[5] = {"role": "user", "content": protocol.limit_message("context")}  # as the forced answer leaves it
+    printed = io.StringIO()
+    _print_result(replace(result, messages=messages), printed)
+    first = json.loads(observations(result)[0].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>"))
+    assert (f'Searched:\n  "tomllib added" ({len(first[0]["web_page_info_list"])} results)\n'
+            '  "pickle protocol" (results dropped at the context limit)\n'
+            '  "toml writer" (results dropped at the context limit)\n') in printed.getvalue(), printed.getvalue()
+
+
 def test_the_summary_of_a_run_that_read_nothing_says_so(tools):
     result, _, _ = run([answer("no idea")], tools)
     printed = io.StringIO()

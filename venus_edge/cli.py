@@ -538,7 +538,9 @@ def _print_result(result: Result, out: TextIO) -> None:
     searches, titles = _searches(result.messages)
     print("\nSearched:" if searches else "\nSearched: nothing", file=out)
     for query, found in searches:
-        print(f"  {json.dumps(query, ensure_ascii=False)} ({found} result{'' if found == 1 else 's'})", file=out)
+        counted = ("results dropped at the context limit" if found is None else
+                   f"{found} result{'' if found == 1 else 's'}")
+        print(f"  {json.dumps(query, ensure_ascii=False)} ({counted})", file=out)
     print("\nSources (pages read):" if result.sources else f"\nSources: {NO_SOURCES}", file=out)
     for url in result.sources:
         print(f"  {url}" + (f"  ({titles[url]})" if titles.get(url) else ""), file=out)
@@ -552,19 +554,26 @@ def _print_result(result: Result, out: TextIO) -> None:
         print(f"\nTrajectory: {shown_path(result.trajectory_path)}", file=out)
 
 
-def _searches(messages: Sequence[dict[str, str]]) -> tuple[list[tuple[str, int]], dict[str, str]]:
-    """The queries that the conversation's search results answer, each with its number of results, and the titles of
-    the pages they listed, by URL (``parse_search_observation``); a context policy's stubs and restarts leave out
-    what they dropped."""
+def _searches(messages: Sequence[dict[str, str]]) -> tuple[list[tuple[str, int | None]], dict[str, str]]:
+    """The queries of the conversation's searches, each with its number of results, and the titles of the pages they
+    listed, by URL (``parse_search_observation``). A search whose results the context limit replaced (the forced
+    answer's notice stands in their place) is listed by the queries of its call, with None results; a context
+    policy's stubs and restarts leave out what they dropped."""
     import venus_edge.protocol as protocol
     from venus_edge.tools.search import parse_search_observation
 
-    searches: list[tuple[str, int]] = []
+    searches: list[tuple[str, int | None]] = []
     titles: dict[str, str] = {}
-    for message in messages[2:]:
-        if message["role"] != "user" or not protocol.is_observation(message["content"]):
+    for call, reply in zip(messages[2::2], messages[3::2]):
+        if call["role"] != "assistant" or reply["role"] != "user":
             continue
-        for block in parse_search_observation(protocol.observation_text(message["content"])) or ():
+        if protocol.limit_kind(reply["content"]) is not None:  # the limit's notice replaced this call's results
+            tool_call = protocol.parse_turn(call["content"], ["search"]).tool_call
+            if tool_call is not None and tool_call.name == "search":
+                queries = tool_call.arguments.get("query")
+                searches += [(str(query), None) for query in (queries if isinstance(queries, list) else [queries])]
+            continue
+        for block in parse_search_observation(protocol.observation_text(reply["content"])) or ():
             hits = block["web_page_info_list"]
             searches.append((block["query"], len(hits)))
             for hit in hits:
