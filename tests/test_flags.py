@@ -85,3 +85,38 @@ def test_huge_values_run_or_are_refused_cleanly(smollm2_gguf: Path, docs_corpus:
     err = capsys.readouterr().err
     assert err.startswith("error: --answer-reserve (99,999,999,999) must be smaller than --n-ctx (1,024)"), err
     assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("question", ["", "   ", "\n\t"])
+def test_an_empty_question_is_refused_before_the_model_loads(question, tmp_path, capsys):
+    from venus_edge.cli import main
+
+    with pytest.raises(SystemExit) as usage:
+        main(["research", question, "--model", str(tmp_path / "missing.gguf"), "--corpus", str(tmp_path)])
+    assert usage.value.code == 2 and "the question is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, flag, make, says", [
+    (["research", "q"], "--out", "folder", "is a folder; give a file in it"),
+    (["research", "q"], "--out", "under a file", "cannot be written"),
+    (["serve"], "--journal", "folder", "is a folder; give a file in it"),
+    (["serve"], "--journal", "under a file", "cannot be written"),
+    (["mcp"], "--journal", "folder", "is a folder; give a file in it"),
+    (["research", "q"], "--record", "file", "is a file; give a folder"),
+    (["research", "q"], "--record", "under a file", "cannot be written"),
+], ids=lambda value: value if isinstance(value, str) else " ".join(value))
+def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(command, flag, make, says, tmp_path,
+                                                                           capsys):
+    """`research --out FOLDER` ran the whole session, then said its trajectory was not saved; `serve --journal
+    FOLDER` started and lost every session; `--record` into a file made every tool call an error the model read.
+    Each is one usage line now, before any model loads (the model named does not exist)."""
+    from venus_edge.cli import main
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    target = {"folder": tmp_path, "under a file": a_file / "runs.jsonl", "file": a_file}[make]
+    with pytest.raises(SystemExit) as usage:
+        main([*command, "--model", str(tmp_path / "missing.gguf"), "--corpus", str(tmp_path), flag, str(target)])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{flag} {target} {says}" in err and "Traceback" not in err, err

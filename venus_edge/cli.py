@@ -51,6 +51,7 @@ from venus_edge.flags import (
     add_memory_arguments,
     add_pace_arguments,
     add_session_arguments,
+    check_output_file,
     check_session_arguments,
     count_argument,
     pace_config,
@@ -343,8 +344,11 @@ def _research(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error("--resume continues a recorded session: give no question, --samples or --out")
     elif args.question is None:
         parser.error("give the question to research (or --resume FILE)")
+    elif not args.question.strip():  # as the server refuses it: a session would research nothing
+        parser.error("the question is empty; give the question to research")
     elif args.session is not None:
         parser.error("--session ID goes with --resume FILE")
+    check_output_file(args.out, "--out", parser)
     question: str | None = args.question  # given unless --resume, checked above
     settings = replace(SessionSettings.from_args(args), pace=pace_config(args, parser))
     if args.samples > 1:

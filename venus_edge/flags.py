@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,13 @@ from venus_edge.errors import missing_file_reason
 from venus_edge.memory.machine import MAX_THREADS, physical_cores
 from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.pacing import PaceConfig
-from venus_edge.text import valid_text
+from venus_edge.text import shown_path, valid_text
 
 __all__ = ["DEPRECATED_UNTIL", "OBSERVATION_STYLE_CHOICES", "PACE_FLAGS", "SETTING_FLAGS", "add_deprecated_alias",
            "add_draft_argument", "add_gpu_layers_argument", "add_memory_arguments", "add_pace_arguments",
-           "add_session_arguments", "check_key_text", "check_session_arguments", "count_argument", "draft_argument",
-           "number_argument", "pace_config", "size_argument", "threads_argument", "tool_sequence_argument"]
+           "add_session_arguments", "check_key_text", "check_output_file", "check_output_folder",
+           "check_session_arguments", "count_argument", "draft_argument", "number_argument", "pace_config",
+           "size_argument", "threads_argument", "tool_sequence_argument"]
 
 #: Each setting an error's advice may name (``VenusEdgeError.message_for``), by its Python name, and the flag that
 #: sets it: the CLI prints the flag, so the fix it names is one the user can type.
@@ -283,6 +285,7 @@ def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentP
             parser.error(f"--corpus {folder}: not a directory")
     if args.replay and not args.replay.is_dir():
         parser.error(f"--replay {args.replay}: not a directory of recorded tool calls (make one with --record)")
+    check_output_folder(args.record, "--record", parser)
     check_key_text(args.api_key, "the bearer token for --base-url (--engine-api-key or $VENUS_EDGE_API_KEY)", parser)
     if args.engine == "openai" and not args.base_url:
         parser.error("--engine openai needs --base-url URL (e.g. http://127.0.0.1:8080)")
@@ -292,6 +295,41 @@ def check_session_arguments(args: argparse.Namespace, parser: argparse.ArgumentP
         parser.error("--python-unsandboxed-network goes with --python")
     if args.python and args.strict:
         parser.error("--strict's grammar has no <code> block for a PythonInterpreter call; drop --strict or --python")
+
+
+def check_output_file(path: Path | None, flag: str, parser: argparse.ArgumentParser) -> None:
+    """Refuse a journal or trajectory file that cannot be written, before anything loads: a session's record would
+    otherwise be lost at its end (``research --out FOLDER`` ran the whole session, then said it was not saved). The
+    file is created empty when missing (with its folders), as the session's first record would create it."""
+    if path is None:
+        return
+    if path.is_dir():
+        example = shown_path(path / "runs.jsonl")
+        parser.error(f"{flag} {shown_path(path)} is a folder; give a file in it, e.g. {example}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab"):
+            pass
+    except OSError as exc:
+        parser.error(f"{flag} {shown_path(path)} cannot be written ({exc.strerror or exc}); give a file in a folder "
+                     "you can write")
+
+
+def check_output_folder(path: Path | None, flag: str, parser: argparse.ArgumentParser) -> None:
+    """Refuse a folder that files cannot be written into, before anything loads (``--record``: every tool call
+    would otherwise fail to record, and the model would read the error instead of the result). It is created when
+    missing."""
+    if path is None:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except FileExistsError:
+        parser.error(f"{flag} {shown_path(path)} is a file; give a folder")
+    except OSError as exc:
+        parser.error(f"{flag} {shown_path(path)} cannot be written ({exc.strerror or exc}); give a folder you can "
+                     "write")
 
 
 def check_key_text(key: str | None, what: str, parser: argparse.ArgumentParser) -> None:

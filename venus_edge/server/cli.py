@@ -31,6 +31,7 @@ from venus_edge.flags import (
     add_pace_arguments,
     add_session_arguments,
     check_key_text,
+    check_output_file,
     check_session_arguments,
     count_argument,
     pace_config,
@@ -230,6 +231,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--max-connections must be at least 1, got {args.max_connections}")
     settings = replace(SessionSettings.from_args(args), pace=pace_config(args, parser))
     journal = args.journal or default_journal_path()
+    check_output_file(journal, "--journal", parser)
     _descriptors_for(args.max_connections)
     listening = _listening_socket(host, args.port)
     assert listening is not None
@@ -340,6 +342,7 @@ def _run_mcp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_session_arguments(args, parser)
     if args.max_queue < 0:
         parser.error("--max-queue must be at least 0")
+    check_output_file(args.journal or default_journal_path(), "--journal", parser)
     settings = replace(SessionSettings.from_args(args), pace=pace_config(args, parser))
     if args.transport == "http":
         _listening_socket(args.host, args.port, keep=False)
