@@ -145,7 +145,7 @@ def resolve_checkpoint(source: str | os.PathLike[str]) -> tuple[Path, str | None
     if folder.is_dir():
         return folder, None
     repo_id = str(source)
-    if repo_id.count("/") != 1 or folder.exists():
+    if repo_id.count("/") != 1 or folder.exists() or repo_id.startswith(("/", ".", "~")):  # a path, not an id
         raise CheckpointNotFoundError(repo_id, "no such folder, and not an 'owner/name' hub repository id")
     from huggingface_hub import snapshot_download
 

@@ -194,9 +194,12 @@ def test_tokenizer_files_missing(tiny_checkpoint, tmp_path):
     _assert_no_partial_files(tmp_path)
 
 
-def test_checkpoint_not_found(tmp_path):
+@pytest.mark.parametrize("source", ["{tmp}/nope/deeper", "/nonexistent", "./missing", "../missing", "~/missing"])
+def test_checkpoint_not_found(tmp_path, source):
+    """A path that names no folder is "no such folder", never a hub lookup: ``/nonexistent`` has one slash, like
+    ``owner/name``, and went to the hub's id check (HFValidationError)."""
     with pytest.raises(CheckpointNotFoundError, match="no such folder"):
-        convert_checkpoint(tmp_path / "nope" / "deeper", tmp_path / "out.gguf")
+        convert_checkpoint(source.format(tmp=tmp_path), tmp_path / "out.gguf")
 
 
 def test_output_not_writable(tiny_checkpoint, tmp_path):

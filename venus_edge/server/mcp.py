@@ -176,7 +176,8 @@ def run_mcp(settings: SessionSettings, *, transport: str = "stdio", host: str = 
         stack.callback(close_tools, [twin for twin, tool in zip(direct, session.tools) if twin is not tool])
         server = create_mcp_server(service, direct)
         where = "stdio" if stdio else f"http://{host}:{port}/mcp"
-        print(f"venus-edge mcp: {where} (tools: research, {', '.join(t.name for t in session.tools)}; "
+        served = ["research", *(name for name in ("search", "visit") if any(t.name == name for t in session.tools))]
+        print(f"venus-edge mcp: {where} (tools: {', '.join(served)}; "
               f"{max_queue} session(s) may wait; journal {journal})", file=sys.stderr, flush=True)
         if stdio:
             server.run("stdio")
