@@ -94,6 +94,27 @@ def test_a_window_beyond_the_machine_is_refused_with_one_that_fits(smollm2_gguf,
     assert "error" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, flag", [(["research", "q"], "--samples"), (["serve"], "--slots")])
+def test_too_many_samples_at_once_name_their_own_flag_and_how_many_fit(command, flag, smollm2_gguf, docs_corpus,
+                                                                       capsys):
+    """``--samples 100000`` said "--n-ctx 819,200,000 needs ... give --n-ctx 8192": a flag the user never gave, and
+    a fix that did not help. It names the samples (``serve``: its ``--slots``) and the most that fit, by the same
+    estimate the batched engine checks (the fix itself would allocate most of the machine's memory)."""
+    from venus_edge.memory.header import read_model_header
+    from venus_edge.memory.machine import total_ram_bytes
+    from venus_edge.memory.plan import estimate_memory
+
+    code = main([*command, "--model", str(smollm2_gguf), "--corpus", str(docs_corpus), flag, "100000"])
+    assert code == 3
+    message = _error_line(capsys)
+    assert message.startswith(f"error: {flag} 100,000 at 8,192 tokens each needs") and "--n-ctx 819" not in message
+    fits = _number(rf"lower {flag} to (\d+)", message)
+    header, machine = read_model_header(smollm2_gguf), total_ram_bytes()
+    assert machine is not None and 1 <= fits < 100_000
+    assert estimate_memory(header, n_ctx=8192 * fits).total_bytes <= machine
+    assert estimate_memory(header, n_ctx=8192 * (fits + 1)).total_bytes > machine
+
+
 def test_thread_counts_past_llama_cpps_limit_are_refused_before_it_crashes(smollm2_gguf, capsys):
     """``--threads 100000`` was a segmentation fault inside llama.cpp."""
     with pytest.raises(SystemExit):

@@ -47,6 +47,7 @@ from venus_edge.events import (
     TurnStarted,
 )
 from venus_edge.flags import (
+    COMMAND_SETTING_FLAGS,
     SETTING_FLAGS,
     add_memory_arguments,
     add_pace_arguments,
@@ -314,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_train(args, parser)
     except VenusEdgeError as exc:  # the one root: runtime, session, tools, quantize and train errors
-        print(f"error: {exc.message_for(SETTING_FLAGS)}", file=sys.stderr)  # the fix named by its flag
+        names = {**SETTING_FLAGS, **COMMAND_SETTING_FLAGS.get(args.command, {})}
+        print(f"error: {exc.message_for(names)}", file=sys.stderr)  # the fix named by its flag
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(_INTERRUPTED.get(args.command, "interrupted"), file=sys.stderr)

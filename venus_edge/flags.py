@@ -21,11 +21,11 @@ from venus_edge.memory.plan import KV_TYPES, parse_size
 from venus_edge.pacing import PaceConfig
 from venus_edge.text import shown_path, valid_text
 
-__all__ = ["DEPRECATED_UNTIL", "OBSERVATION_STYLE_CHOICES", "PACE_FLAGS", "SETTING_FLAGS", "add_deprecated_alias",
-           "add_draft_argument", "add_gpu_layers_argument", "add_memory_arguments", "add_pace_arguments",
-           "add_session_arguments", "check_key_text", "check_output_file", "check_output_folder",
-           "check_session_arguments", "count_argument", "draft_argument", "number_argument", "pace_config",
-           "size_argument", "threads_argument", "tool_sequence_argument"]
+__all__ = ["COMMAND_SETTING_FLAGS", "DEPRECATED_UNTIL", "OBSERVATION_STYLE_CHOICES", "PACE_FLAGS", "SETTING_FLAGS",
+           "add_deprecated_alias", "add_draft_argument", "add_gpu_layers_argument", "add_memory_arguments",
+           "add_pace_arguments", "add_session_arguments", "check_key_text", "check_output_file",
+           "check_output_folder", "check_session_arguments", "count_argument", "draft_argument", "number_argument",
+           "pace_config", "size_argument", "threads_argument", "tool_sequence_argument"]
 
 #: Each setting an error's advice may name (``VenusEdgeError.message_for``), by its Python name, and the flag that
 #: sets it: the CLI prints the flag, so the fix it names is one the user can type.
@@ -35,8 +35,10 @@ SETTING_FLAGS = {
     "kv_type": "--kv-type", "ram_bytes": "--ram", "keep_last": "--keep-last", "min_tool_calls": "--min-tool-calls",
     "draft": "--draft", "gpu_layers": "--gpu-layers", "python": "--python",
     "python_unsandboxed_network": "--python-unsandboxed-network",
-    "strict": "--strict", "observation_style": "--observation-style",
+    "strict": "--strict", "observation_style": "--observation-style", "samples": "--samples",
 }
+#: A command's own flag for a setting, where it differs from ``SETTING_FLAGS``' (several rollouts at once).
+COMMAND_SETTING_FLAGS = {"serve": {"samples": "--slots"}, "eval": {"samples": "--k"}}
 
 #: The release that drops the old spellings of renamed flags (``add_deprecated_alias``).
 DEPRECATED_UNTIL = "0.2.0"

@@ -46,7 +46,12 @@ DEFAULT_SAMPLE_N_CTX = 8_192
 
 
 class SetupError(VenusEdgeError):
-    """A session could not be set up from its settings (a corpus, a tool setting); the CLI exits with code 3."""
+    """A session could not be set up from its settings (a corpus, a tool setting); the CLI exits with code 3.
+
+    ``names_settings``: the message writes the settings it names as ``{setting}`` fields (``VenusEdgeError``)."""
+
+    def __init__(self, message: str, *, names_settings: bool = False) -> None:
+        super().__init__(self._named(message) if names_settings else message)
 
 
 @dataclass(frozen=True)
@@ -354,6 +359,7 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
         from venus_edge.engines.batched import BatchedLlamaCppEngine
 
         window = settings.n_ctx or DEFAULT_SAMPLE_N_CTX
+        _refuse_samples_beyond_machine(path, samples, window)
         return BatchedLlamaCppEngine(path, n_seq=samples, n_ctx=window * samples, n_threads=settings.threads,
                                      draft=settings.draft, gpu_layers=settings.gpu_layers)
     from venus_edge.engines.llama_cpp import LlamaCppEngine
@@ -363,6 +369,41 @@ def _load_engine(settings: SessionSettings, samples: int) -> Any:
     return LlamaCppEngine(path, n_ctx=settings.n_ctx, n_threads=settings.threads, seed=settings.seed,
                           prompt_cache_dir=prompt_cache_dir, kv_type=settings.kv_type, ram_bytes=settings.ram_bytes,
                           draft=settings.draft, gpu_layers=settings.gpu_layers)
+
+
+def _refuse_samples_beyond_machine(path: Path, samples: int, window: int) -> None:
+    """Refuse ``samples`` sequences of ``window`` tokens whose one KV cache needs more memory than the machine has,
+    naming ``--samples`` and how many fit (the batched engine's own refusal named only the total window, as if
+    ``--n-ctx`` had been given).
+
+    Raises:
+        SetupError: the message names the samples, the memory, and the most samples that fit.
+    """
+    from venus_edge.memory.header import read_model_header
+    from venus_edge.memory.machine import total_ram_bytes
+    from venus_edge.memory.plan import estimate_memory, format_bytes
+
+    machine = total_ram_bytes()
+    header = read_model_header(path)
+
+    def needed(count: int) -> int:
+        return estimate_memory(header, n_ctx=window * count).total_bytes
+
+    if machine is None or needed(samples) <= machine:
+        return
+    fits = 0
+    low, high = 1, samples  # the most samples that fit: needed() grows with the count
+    while low <= high:
+        middle = (low + high) // 2
+        if needed(middle) <= machine:
+            fits, low = middle, middle + 1
+        else:
+            high = middle - 1
+    advice = (f"lower {{samples}} to {fits} (or {{n_ctx}} below {window:,})" if fits else
+              f"lower {{n_ctx}} below {window:,}, or use a smaller model")
+    raise SetupError(f"{{samples}} {samples:,} at {window:,} tokens each needs {format_bytes(needed(samples))} (one KV "
+                     f"cache of {window * samples:,} tokens), more than this machine's {format_bytes(machine)} of "
+                     f"RAM: {advice}", names_settings=True)
 
 
 class _EngineWhenLoaded:
