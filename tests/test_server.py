@@ -371,6 +371,24 @@ def test_ctrl_c_on_serve_interrupts_a_running_session_which_then_resumes(tmp_pat
     assert resumable_session(journal).session_id == session_id
 
 
+@pytest.mark.parametrize("route", ["/v1/research", "/v1/chat/completions"])
+def test_a_body_that_is_not_utf8_is_refused_saying_so(journal: Path, route: str) -> None:
+    """Raw Latin-1 bytes in a JSON body got FastAPI's "There was an error parsing the body"; the answer says what is
+    wrong and how to send it. Nothing starts."""
+    service, server = serve(ScriptedEngine([answer_turn("42")]), journal)
+    body = (b'{"question": "caf\xe9?"}' if route == "/v1/research" else
+            b'{"messages": [{"role": "user", "content": "caf\xe9?"}]}')
+    with server:
+        refused = httpx.post(server.url + route, content=body, headers={"Content-Type": "application/json"})
+        listed = httpx.get(f"{server.url}/v1/sessions")
+    service.close()
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    where = body.index(bytes([0xE9]))
+    assert message.startswith(f"the request body is not UTF-8 (byte {where})") and "RFC 8259" in message
+    assert listed.json()["sessions"] == []
+
+
 def test_many_sessions_share_the_journal_without_mixing_records(journal: Path) -> None:
     engine = ScriptedEngine(lambda prompt: answer_turn(prompt.rsplit("Q", 1)[-1][:3]), piece_chars=2)
     service, server = serve(engine, journal, max_queue=32)

@@ -132,8 +132,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.engines.models import resolve_model
     from venus_edge.memory.machine import physical_cores
 
-    if args.decode_tokens < 2 or args.repeats < 1 or args.n_ctx < 256:
-        parser.error("--decode-tokens must be >= 2, --repeats >= 1 and --n-ctx >= 256")
+    for flag, value, least in (("--decode-tokens", args.decode_tokens, 2), ("--repeats", args.repeats, 1),
+                               ("--n-ctx", args.n_ctx, 256)):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
     try:  # before any model loads: a CPU-only build would run "on the GPU" on the CPU
         check_gpu_layers(args.gpu_layers, asked=f"--gpu-layers {args.gpu_layers}")
     except ValueError as exc:

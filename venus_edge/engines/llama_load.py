@@ -145,7 +145,8 @@ def check_gpu_layers(gpu_layers: int, *, asked: str | None = None) -> None:
     if gpu_layers and not llama_cpp.llama_supports_gpu_offload():
         raise ValueError(f"{asked or f'gpu_layers={gpu_layers}'} asks for the GPU, but this llama-cpp-python was built "
                          "without a GPU backend; reinstall it with one (CMAKE_ARGS=-DGGML_CUDA=on pip install "
-                         "--force-reinstall --no-cache-dir llama-cpp-python for NVIDIA, -DGGML_METAL=on on Apple, "
+                         f"--force-reinstall --no-cache-dir llama-cpp-python=={llama_cpp.__version__} for NVIDIA, "
+                         "-DGGML_METAL=on on Apple, "
                          "-DGGML_VULKAN=on; README, On a GPU) or ask for no GPU layers")
 
 

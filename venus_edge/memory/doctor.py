@@ -176,7 +176,7 @@ class DoctorReport:
             if self.unused_features:
                 lines.append(f"  this CPU also has {', '.join(self.unused_features)}, which this llama.cpp build "
                              "does not use: a build for this CPU may decode faster (CMAKE_ARGS=\"-DGGML_NATIVE=ON\" "
-                             "pip install --force-reinstall --no-binary llama-cpp-python llama-cpp-python)")
+                             f"pip install --force-reinstall --no-binary llama-cpp-python {_llama_cpp_requirement()})")
         else:
             lines.append("llama.cpp    unknown")
         rec = self.recommendation
@@ -247,6 +247,17 @@ def _meminfo(root: Path, unknown: list[str]) -> tuple[int | None, int | None]:
 def _thermal(root: Path, unknown: list[str]) -> dict[str, float]:
     """Thermal zone name -> degrees Celsius (``sensors.read_thermal_zones``)."""
     return {zone.name: zone.celsius for zone in read_thermal_zones(root, unknown)}
+
+
+def _llama_cpp_requirement() -> str:
+    """``llama-cpp-python==X``, the version installed (the one venus-edge was set up with), for a reinstall that
+    keeps it; without the pin when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"llama-cpp-python=={version('llama_cpp_python')}"
+    except PackageNotFoundError:
+        return "llama-cpp-python"
 
 
 def llama_backends(info: str) -> tuple[str, ...]:

@@ -187,6 +187,8 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":  # FastAPI's, vague
+            return _error(400, await _unparsed_body_reason(request), "invalid_request_error")
         return _error(exc.status_code, str(exc.detail), "invalid_request_error")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -416,6 +418,18 @@ async def _ended_unless_gone(handle: SessionHandle, request: Request, poll_s: fl
         return True
     finally:
         stop()
+
+
+async def _unparsed_body_reason(request: Request) -> str:
+    """Why a request body is not JSON, in words a client can act on."""
+    try:
+        (await request.body()).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (f"the request body is not UTF-8 (byte {exc.start}): JSON text is UTF-8 (RFC 8259); send the text "
+                "as UTF-8, or other characters as \\uXXXX escapes")
+    except Exception:  # the body could not be read again: say what is known
+        pass
+    return "the request body is not JSON"
 
 
 def _finite(value: Any) -> Any:
