@@ -187,6 +187,9 @@ def test_a_killed_run_keeps_what_it_measured_and_a_rerun_measures_only_the_rest(
         process = subprocess.Popen([sys.executable, "-m", "venus_edge.cli", *arguments], stdout=subprocess.DEVNULL,
                                    stderr=stderr)
         try:
+            _wait_until(lambda: (out / "report.json").exists() or process.poll() is not None, "the first report")
+            at_start = (out / "report.md").read_text()  # before any configuration is done: a run stopped now
+            assert "**Incomplete**: 0 of 2 configurations measured" in at_start, at_start  # still leaves a report
             _wait_until(lambda: measured() >= 1 or process.poll() is not None, "the first configuration's report")
         finally:
             process.kill()  # as a user's kill -9 half way: nothing runs after it

@@ -142,8 +142,11 @@ class BenchReport:
         lines = [f"# venus-edge bench: {self.machine.get('cpu', platform.machine())}, "
                  f"{self.machine.get('cores', '?')} cores, copy bandwidth {self.bandwidth / 1e9:.1f} GB/s", ""]
         lines += self._progress_lines()
-        lines += self._speed_table() + [""] + self._anchor_table() + [""] + self._remarks_section() + [""]
-        lines += self._limit_table()
+        if not self.results:  # a run that has not finished its first configuration yet
+            lines += ["No configuration measured yet."]
+        else:
+            lines += self._speed_table() + [""] + self._anchor_table() + [""] + self._remarks_section() + [""]
+            lines += self._limit_table()
         if any(r.session for r in self.results):
             lines += [""] + self._session_table()
         skipped = sorted({note for r in self.results for note in r.skipped})

@@ -121,6 +121,8 @@ def run_bench(
                            elapsed_s=round(time.monotonic() - started, 1), reused=len(configs) - len(to_measure),
                            pending=[configs[index].name for index in range(len(configs)) if index not in results])
 
+    if not results:  # on disk from the start: a run stopped during its first configuration still leaves a report
+        on_update(report())
     for index in to_measure:
         config = configs[index]
         result = measure_config(config, session=session, progress=functools.partial(progress, config))
