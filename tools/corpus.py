@@ -402,7 +402,9 @@ def _inside(root: Path, path: str) -> Path:
     """The file at ``root/path`` with its symbolic links resolved.
 
     Raises:
-        ValueError: it resolves outside ``root`` (module docstring: such a link is never read).
+        ValueError: it resolves outside ``root`` (module docstring: such a link is never read), or to something
+            other than a regular file.
+        OSError: it cannot be looked at (gone, a loop of links, no permission).
     """
     try:
         file = (root / path).resolve()
@@ -411,6 +413,8 @@ def _inside(root: Path, path: str) -> Path:
     if not file.is_relative_to(root.resolve()):
         raise ValueError("a symbolic link to a file outside the corpus folder; only files under the folder are "
                          "documents")
+    if not stat.S_ISREG(file.stat().st_mode):  # a FIFO or a device put in a document's place: a read never ends
+        raise ValueError("not a regular file (a pipe or a device in a document's place)")
     return file
 
 

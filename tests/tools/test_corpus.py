@@ -268,6 +268,12 @@ def test_a_loop_of_links_is_a_file_that_cannot_be_read_not_an_error_of_the_corpu
     (folder / "a.txt").symlink_to("a.txt")  # a loop made after indexing
     with pytest.raises(DocumentNotFoundError, match=r"cannot read corpus://docs/a\.txt"):
         corpus.read("corpus://docs/a.txt")
+    (folder / "b.txt").rename(folder / "b.bak")
+    os.mkfifo(folder / "b.txt")  # a pipe in a document's place: a read would wait for a writer forever
+    with pytest.raises(UnreadableDocumentError, match="not a regular file"):
+        corpus.read("corpus://docs/b.txt")
+    (folder / "b.txt").unlink()
+    (folder / "b.bak").rename(folder / "b.txt")
     (folder / "c.txt").symlink_to("d.txt")
     (folder / "d.txt").symlink_to("c.txt")  # a loop seen at indexing: the manifest's stat passes it over
     again = Corpus.open(folder, index_dir=tmp_path / "index")
