@@ -270,6 +270,25 @@ def test_every_commands_help_has_a_description_with_an_example(name, capsys):
     assert re.search(rf"^examples?:\n  venus-edge {name} ", out, re.MULTILINE), out
 
 
+def _train_steps():
+    train = _commands()["train"]
+    return next(a for a in train._actions if a.dest == "train_command").choices
+
+
+@pytest.mark.parametrize("step", sorted(_train_steps()))
+def test_every_training_steps_help_has_an_example_whose_files_exist(step, capsys):
+    """README promises an example in each command's help; the train steps had none."""
+    with pytest.raises(SystemExit):
+        main(["train", step, "--help"])
+    out = capsys.readouterr().out
+    found = re.search(rf"^example:\n  (venus-edge train {step} .+)$", out, re.MULTILINE)
+    assert found, out
+    for word in found.group(1).split():  # a config the example names ships with the repository
+        if word.startswith("configs/"):
+            assert (Path(__file__).parents[1] / word).is_file(), word
+    assert build_parser().parse_args(found.group(1).split()[1:]).train_command == step  # it parses
+
+
 # ---------------------------------------------------------------------------------------------- one meaning per name
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from datetime import date as Date
 from pathlib import Path
@@ -33,6 +34,17 @@ examples:
   venus-edge train sft configs/sft/dr-venus-4b.yaml
   venus-edge train export-verl --sft sft.jsonl --questions questions.jsonl --out verl-data/
 """
+
+
+#: A command for each step's --help, as a user would type it.
+_EXAMPLES = {
+    "clean": "venus-edge train clean runs/*.jsonl --out sft.jsonl --resample",
+    "export-verl": "venus-edge train export-verl --sft sft.jsonl --questions questions.jsonl --out verl-data/",
+    "sft": "venus-edge train sft configs/sft/qwen2.5-coder-0.5b-lora.yaml --max-steps 20",
+    "igpo": "venus-edge train igpo configs/igpo/toy.yaml --steps 10",
+    "toy-world": "venus-edge train toy-world runs/toy --people 120 --seed 0",
+    "tiny-model": "venus-edge train tiny-model runs/toy/sft.jsonl --out runs/toy/base --vocab 2048 --hidden 128",
+}
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -137,6 +149,9 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
                       help="then pretrain it STEPS steps to copy: random spans repeated at random distances in "
                            "windows of the texts (3500 for hidden 128, as toy_sft.sh; default 0: random weights)")
     tiny.set_defaults(_command_parser=tiny)
+    for name, parser in sub.choices.items():  # each step's help ends with a command to copy
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.description = f"{textwrap.fill(parser.description or '', 116)}\n\nexample:\n  {_EXAMPLES[name]}"
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
