@@ -1,5 +1,5 @@
 """The package's import graph, drawn from the modules' own source: no import circle, no arrow from a lower layer to
-a higher one (ARCHITECTURE.md, "The runtime: layers"), and no module that imports the package root.
+a higher one (README, "What is inside"; ``venus_edge/__init__.py``), and no module that imports the package root.
 
 Every ``import`` and ``from ... import`` counts, at any depth: inside a function, under ``if TYPE_CHECKING:``, in
 a ``try``. An import inside a function still is an arrow: it only hides a circle until someone calls it.
@@ -128,7 +128,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_every_module_has_a_layer():
     """A new module or package is placed in ``LAYERS`` (or the arrows into and out of it go unchecked)."""
     unplaced = sorted(m for m in modules() if m != PACKAGE_ROOT and layer_of(m) is None)
-    assert unplaced == [], f"place these modules in LAYERS (and ARCHITECTURE.md): {unplaced}"
+    assert unplaced == [], f"place these modules in LAYERS (and README's What is inside): {unplaced}"
 
 
 def test_the_import_graph_has_no_circle():

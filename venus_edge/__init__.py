@@ -10,7 +10,7 @@ Every name a runtime module (``venus_edge/*.py`` and the engines in ``venus_edge
 This module is the top of the import graph: it only exports lazily, and no module of the package imports it
 (``tests/test_layers.py``).
 
-The layers, lowest first (ARCHITECTURE.md; an import may only point down or sideways):
+The layers, lowest first (README, What is inside; an import may only point down or sideways):
 
 0. ``tools``, ``protocol``, ``errors``, ``text`` (valid Unicode), the leaf formats ``grammar`` and ``jsonl``, and
    ``lazy`` (these exports)
