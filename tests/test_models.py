@@ -67,3 +67,32 @@ def test_cli_empty_corpus_is_a_clear_error(smollm2_gguf, tmp_path, capsys):
         == 3
     )
     assert "empty" in capsys.readouterr().err
+
+
+def test_without_a_network_the_cache_is_read_at_once_not_after_retries(tmp_path, smollm2_gguf, monkeypatch, caplog):
+    """Online mode on a machine whose resolver cannot find the hub: huggingface_hub retried for ~25 s, logging a
+    warning per retry, before the one-line error. The failed name lookup (mocked: the test touches no network)
+    sends it to the cache at once: a cached model resolves, and an uncached one is the error, with no hub call."""
+    import socket
+
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    looked_up: list[str] = []
+
+    def no_resolver(host: str, *args: object, **kwargs: object) -> list[object]:
+        looked_up.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    def no_call(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the hub was called without a network")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_resolver)
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", no_call)
+    snapshot = _fake_hub_cache(tmp_path, "acme/Model-GGUF", ["model-Q4_K_M.gguf"], smollm2_gguf)
+    assert resolve_model("acme/Model-GGUF", cache_dir=tmp_path) == snapshot / "model-Q4_K_M.gguf"
+    with pytest.raises(ModelNotFoundError, match="the hub cannot be reached"):
+        resolve_model("acme/Other-GGUF", cache_dir=tmp_path)
+    assert looked_up and set(looked_up) == {"huggingface.co"}
+    assert "Retrying" not in caplog.text

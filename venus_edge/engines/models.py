@@ -55,12 +55,32 @@ def hub_offline() -> bool:
     return constants.HF_HUB_OFFLINE or value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _hub_resolves() -> bool:
+    """Whether the hub's host name (``HF_ENDPOINT``, huggingface.co by default) resolves. Without a network the
+    lookup fails at once, where huggingface_hub retries for ~25 s and logs a warning per retry; the cache is then
+    read as offline."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    host = urlsplit(constants.ENDPOINT).hostname
+    if not host:
+        return True  # an endpoint we cannot read: let huggingface_hub say what is wrong
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
 def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: Path | None) -> Path:
     from huggingface_hub import hf_hub_download
 
     filename = filename or _pick_gguf(repo_id, quant, cache_dir)
     try:
-        return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir, local_files_only=hub_offline()))
+        return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir,
+                                    local_files_only=hub_offline() or not _hub_resolves()))
     except Exception as exc:  # huggingface_hub raises many types (offline, HTTP, missing entry)
         raise ModelNotFoundError(f"{repo_id}:{filename}", f"cannot fetch it ({type(exc).__name__}: {exc})",
                                  advice=_hub_advice(repo_id, filename)) from exc
@@ -83,7 +103,7 @@ def _pick_gguf(repo_id: str, quant: str, cache_dir: Path | None) -> str:
     from huggingface_hub import HfApi, snapshot_download
 
     try:
-        if hub_offline():
+        if hub_offline() or not _hub_resolves():
             raise OSError("offline")
         names = HfApi().list_repo_files(repo_id)
     except Exception:  # offline or unreachable: fall back to what the cache holds
