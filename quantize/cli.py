@@ -215,13 +215,18 @@ def _calibration_text(args: argparse.Namespace) -> str:
     calibration_path: Path = args.calibration
     try:
         return calibration_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise QuantizeError(f"cannot read calibration text {args.calibration}: {error}") from error
+    except UnicodeDecodeError as error:
+        raise QuantizeError(f"cannot read calibration text {args.calibration}: it is not UTF-8 (byte {error.start}); "
+                            "give a UTF-8 text file (e.g. iconv -f latin1 -t utf-8 FILE)") from error
+    except OSError as error:
+        raise QuantizeError(f"cannot read calibration text {args.calibration}: {error.strerror or error}") from error
 
 
 def _prepare_out_dir(out_dir: Path) -> None:
     from .errors import OutputNotWritableError
 
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputNotWritableError(out_dir, "it is a file; --out names a folder (created if missing)")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -119,7 +119,7 @@ class OutputNotWritableError(ConversionError):
 
     def __init__(self, out_path: Path, reason: str) -> None:
         self.out_path = out_path
-        super().__init__(f"cannot write {out_path}: {reason}. Choose a writable folder that exists.")
+        super().__init__(f"cannot write {out_path}: {reason}. Choose a folder you can write.")
 
 
 class DiskFullError(ConversionError):

@@ -81,6 +81,22 @@ def test_quantize_missing_checkpoint_exits_3(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_quantize_into_a_file_or_with_a_calibration_text_that_is_not_utf8_says_what_to_give(tiny_checkpoint,
+                                                                                             tmp_path, capsys):
+    """`--out FILE` said "Choose a writable folder that exists" while --help says the folder is created if missing;
+    a Latin-1 calibration file gave the codec's own error."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert main(["quantize", str(tiny_checkpoint), "--types", "Q8_0", "--out", str(a_file)]) == 3
+    assert "it is a file; --out names a folder (created if missing)" in capsys.readouterr().err
+    latin1 = tmp_path / "calibration.txt"
+    latin1.write_bytes("Le caf\u00e9 est ferm\u00e9.".encode("latin-1"))
+    assert main(["quantize", str(tiny_checkpoint), "--types", "Q8_0", "--calibration", str(latin1), "--out",
+                 str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert "it is not UTF-8 (byte 6); give a UTF-8 text file" in err and "Traceback" not in err, err
+
+
 def test_quantize_unknown_type_is_a_usage_error(tiny_checkpoint, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["quantize", str(tiny_checkpoint), "--types", "Q4_K_M,Q3_K_XL", "--out", str(tmp_path / "out")])
