@@ -465,6 +465,25 @@ def test_sessions_decode_side_by_side_when_there_are_several_engines(journal: Pa
     assert states == ["queued", "running", "running"]
 
 
+def test_closing_interrupts_running_sessions_but_one_its_client_cancelled_stays_cancelled(journal: Path) -> None:
+    """``close`` (a server stopping) interrupts: no end record, resumable. A session whose client had cancelled it
+    just before (DELETE, a client that left) is the client's word: cancelled, even while it is still decoding."""
+    engines = [ScriptedEngine(lambda prompt: LONG_ANSWER, piece_chars=8, delay_s=0.01) for _ in range(2)]
+    service = ResearchService(engines, [], AgentConfig(), journal_path=journal, max_queue=4)
+    kept, dropped = service.submit(SessionRequest("keep")), service.submit(SessionRequest("drop"))
+    deadline = time.monotonic() + 10
+    while not all(engine.prompts for engine in engines) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    service.cancel(dropped.session_id)
+    service.close()
+    assert kept.wait(30) and dropped.wait(30)
+    assert kept.result.termination == "interrupted"  # type: ignore[union-attr]
+    assert dropped.result.termination == "cancelled"  # type: ignore[union-attr]
+    by_question = {t.question: t.termination for t in read_journal(journal).trajectories}
+    assert by_question == {"keep": "incomplete", "drop": "cancelled"}
+    service.close()  # a second close returns at once
+
+
 def test_a_burst_of_submits_never_queues_more_than_max_queue(journal: Path) -> None:
     engine = ScriptedEngine(lambda prompt: LONG_ANSWER, piece_chars=8, delay_s=0.01)
     service = ResearchService([engine], [], AgentConfig(), journal_path=journal, max_queue=1)

@@ -329,10 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 #: What Ctrl-C leaves behind, by command (exit 130).
 _INTERRUPTED = {
-    "research": "interrupted; the trajectory written so far is kept (continue it with --resume)",
+    "research": "interrupted; a trajectory written with --out is kept as far as it got (continue it with --resume "
+                "FILE)",
     "eval": "interrupted; the results written so far are kept (the same command goes on from them)",
     "serve": "stopped; a session that was running is kept in the journal, resumable with research --resume",
-    "mcp": "stopped; a session that was running is kept in the journal, resumable with research --resume",
+    "mcp": "stopped; a research that was running is journaled as cancelled",
     "bench": "interrupted; the report keeps the configurations measured (the same command goes on from them)",
 }
 

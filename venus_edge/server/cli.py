@@ -264,16 +264,27 @@ def _closing_server(config: Any, service: ResearchService) -> Any:
     """A ``uvicorn.Server`` that, as it starts to shut down (Ctrl-C, SIGTERM), stops accepting and closes
     ``service`` before it waits for the open connections: each running session is interrupted (resumable; its
     client's stream ends with ``session_finished``, termination ``interrupted``), so the wait ends. uvicorn alone
-    waits for every open research stream to end first, and the service was closed only after it."""
+    waits for every open research stream to end first, and the service was closed only after it.
+
+    sse-starlette's own drain is turned off for this process: it cut every event stream at the signal, before the
+    service was closed, so a client missed its ``session_finished`` and a stream's end cancelled its session
+    (``cancelled``, not resumable) first. The streams still open once the service is closed (followers of ended
+    sessions) are drained then. A second Ctrl-C stops the wait for the service, as uvicorn's own wait."""
     import asyncio
 
     import uvicorn
+    from sse_starlette.sse import AppStatus
+
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
 
     class ClosingServer(uvicorn.Server):
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             for listening in self.servers:
                 listening.close()
-            await asyncio.to_thread(service.close)  # its workers publish the sessions' last events meanwhile
+            closing = asyncio.ensure_future(asyncio.to_thread(service.close))  # its workers publish the last events
+            while not closing.done() and not self.force_exit:
+                await asyncio.sleep(0.05)
+            AppStatus.should_exit = True
             await super().shutdown(sockets=sockets)
 
     return ClosingServer(config)

@@ -394,10 +394,13 @@ class ResearchService:
             return dict(self.counters), dict(self.figures)
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Stop the workers (waiting at most ``timeout_s``): a queued session is cancelled (it never started); a
-        running one is interrupted: its client is told ``interrupted``, and the journal keeps it open, so that
-        ``research --resume`` goes on with it (a server stopped with Ctrl-C loses no session)."""
+        """Stop the workers (waiting at most ``timeout_s``, once: a second call returns at once): a queued session is
+        cancelled (it never started); a running one is interrupted: its client is told ``interrupted``, and the
+        journal keeps it open, so that ``research --resume`` goes on with it (a server stopped with Ctrl-C loses no
+        session). One its client already cancelled stays cancelled."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             waiting = list(self._waiting)
             self._waiting.clear()
@@ -406,7 +409,8 @@ class ResearchService:
             handle.cancel.set()
             self._finish_unrun(handle)
         for handle in list(self.sessions.values()):
-            handle.interrupt.set()
+            if not handle.cancel.is_set():  # a DELETE before the shutdown is the client's word: cancelled
+                handle.interrupt.set()
             handle.cancel.set()
         deadline = time.monotonic() + timeout_s
         for worker in self._workers:
