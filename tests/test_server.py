@@ -276,6 +276,30 @@ def test_serve_refuses_a_public_address_without_a_key(capsys: pytest.CaptureFixt
     assert "give --server-api-key KEY" in capsys.readouterr().err  # the key flag was --api-key before 0.2
 
 
+def _start_serve(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """``venus-edge serve`` (``--port 0``) started as a user starts it; the process and its base URL once it answers
+    (the port is read from its banner: a guessed free port could be taken meanwhile). A process that does not come
+    up is killed."""
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        banner = process.stderr.readline()  # type: ignore[union-attr]
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", banner)
+        assert "venus-edge serve:" in banner and found, banner
+        base = f"http://127.0.0.1:{found.group(1)}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    return process, base
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.2)
+    except BaseException:
+        process.kill()
+        process.wait(30)
+        raise
+
+
 def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_gguf: Path, docs_corpus: Path,
                                                      real_model_run: RealModelRun) -> None:
     """`venus-edge serve` as a user starts it: SmolLM2 with the protocol grammar, a docs corpus, one session. With
@@ -285,20 +309,8 @@ def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_ggu
                str(docs_corpus), "--strict", "--extractive-visit", "--max-turns", "2", "--n-ctx", "4096",
                "--max-tokens", "1200", "--threads", "2", "--no-prompt-cache", "--port", "0", "--journal",
                str(journal), *real_model_run.cli_args()]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process, base = _start_serve(command)
     try:
-        banner = process.stderr.readline()  # type: ignore[union-attr]
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/", banner)  # --port 0: a free port, named in the banner
-        assert "venus-edge serve:" in banner and found, banner
-        base = f"http://127.0.0.1:{found.group(1)}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and process.poll() is None
-                time.sleep(0.2)
         with httpx.stream("POST", f"{base}/v1/research", json={"question": "What does dataclasses.field do?"},
                           timeout=300) as response:
             messages = list(read_sse(response))
@@ -313,23 +325,6 @@ def test_serve_runs_a_strict_session_on_a_real_model(tmp_path: Path, smollm2_ggu
     assert view["state"] == "finished" and len(view["turns"]) == len(completed)
     (trajectory,) = read_journal(journal).trajectories
     assert trajectory.termination == messages[-1][2]["termination"]
-
-
-def _start_serve(command: list[str]) -> tuple[subprocess.Popen[str], str]:
-    """``venus-edge serve`` (``--port 0``) started as a user starts it; the process and its base URL once it answers."""
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    banner = process.stderr.readline()  # type: ignore[union-attr]
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/", banner)
-    assert "venus-edge serve:" in banner and found, banner
-    base = f"http://127.0.0.1:{found.group(1)}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            assert time.monotonic() < deadline and process.poll() is None
-            time.sleep(0.2)
 
 
 def test_ctrl_c_on_serve_interrupts_a_running_session_which_then_resumes(tmp_path: Path, smollm2_gguf: Path,
