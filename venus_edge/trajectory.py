@@ -377,16 +377,18 @@ class JournalReader:
             info = os.fstat(handle.fileno())
             identity = (info.st_dev, info.st_ino)
             head = handle.read(self._HEAD_BYTES)
-            handle.seek(self._offset - len(self._check))
+            start = self._offset - len(self._check)
+            handle.seek(start)
             data = handle.read()
-        same = (identity == self._identity and info.st_size >= self._offset
-                and head.startswith(self._head) and data.startswith(self._check))
-        if same:
-            data = data[len(self._check):]
-        else:  # another file, cut or rewritten: from the start
-            self._restart(identity)
-            with self.path.open("rb") as handle:
-                data = handle.read()
+            same = (identity == self._identity and info.st_size >= self._offset
+                    and head.startswith(self._head) and data.startswith(self._check))
+            if same:
+                data = data[len(self._check):]
+            else:  # another file, cut or rewritten: from the start
+                self._restart(identity)
+                if start:  # what was read began past the start (a first read has the whole file already)
+                    handle.seek(0)
+                    data = handle.read()
         whole = data.rfind(b"\n") + 1
         for raw in data[:whole].split(b"\n")[:-1]:
             self._take(raw)
