@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from venus_edge.jsonl import MAX_RECORD_DEPTH, parse_line
+from venus_edge.jsonl import MAX_RECORD_DEPTH, iter_records
 from venus_edge.text import nesting_depth, valid_text
 
 logger = logging.getLogger(__name__)
@@ -155,10 +155,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
             yield number, row if isinstance(row, dict) else "not a JSON object"
         return
     # split on b"\n" alone and decode line by line: a stray byte or a U+2028 in one row spoils only that row
-    for number, line in enumerate(path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        row, problem, note = parse_line(line)
+    for number, row, problem, note in iter_records(path):
         if note:  # as a CSV byte that is not UTF-8: the row is kept, its bytes read as U+FFFD
             logger.warning("%s row %d: %s", path, number, note)
         yield number, problem or (row if isinstance(row, dict) else "not a JSON object")
