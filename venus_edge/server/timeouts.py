@@ -46,13 +46,16 @@ def uvicorn_options(*, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S, keep_
     return {"http": protocol, "timeout_keep_alive": max(1, int(-(-keep_alive_s // 1)))}
 
 
-_FULL_BODY = b"too many connections open; try again\n"
-_FULL_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                  b"connection: close\r\nretry-after: 1\r\ncontent-length: %d\r\n\r\n%s"
-                  % (len(_FULL_BODY), _FULL_BODY))
-_TIMEOUT_BODY = b"request headers not received in time\n"
-_TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-                     b"content-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
+def _raw_response(status: bytes, body: bytes, headers: bytes = b"") -> bytes:
+    """A whole plain-text response that closes the connection, as raw bytes: h11 sends none before it has read a
+    request."""
+    return (b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n%scontent-length: %d"
+            b"\r\n\r\n%s" % (status, headers, len(body), body))
+
+
+_FULL_RESPONSE = _raw_response(b"503 Service Unavailable", b"too many connections open; try again\n",
+                               b"retry-after: 1\r\n")
+_TIMEOUT_RESPONSE = _raw_response(b"408 Request Timeout", b"request headers not received in time\n")
 
 
 class _HeaderTimeoutH11Protocol(H11Protocol):
