@@ -55,6 +55,11 @@ def hub_offline() -> bool:
     return constants.HF_HUB_OFFLINE or value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _cache_only() -> bool:
+    """Read the hub cache only: offline (``hub_offline``), or the hub's name does not resolve (``_hub_resolves``)."""
+    return hub_offline() or not _hub_resolves()
+
+
 def _hub_resolves() -> bool:
     """Whether the hub's host name (``HF_ENDPOINT``, huggingface.co by default) resolves. Without a network the
     lookup fails at once, where huggingface_hub retries for ~25 s and logs a warning per retry; the cache is then
@@ -79,8 +84,7 @@ def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: Path | 
 
     filename = filename or _pick_gguf(repo_id, quant, cache_dir)
     try:
-        return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir,
-                                    local_files_only=hub_offline() or not _hub_resolves()))
+        return Path(hf_hub_download(repo_id, filename, cache_dir=cache_dir, local_files_only=_cache_only()))
     except Exception as exc:  # huggingface_hub raises many types (offline, HTTP, missing entry)
         raise ModelNotFoundError(f"{repo_id}:{filename}", f"cannot fetch it ({type(exc).__name__}: {exc})",
                                  advice=_hub_advice(repo_id, filename)) from exc
@@ -103,7 +107,7 @@ def _pick_gguf(repo_id: str, quant: str, cache_dir: Path | None) -> str:
     from huggingface_hub import HfApi, snapshot_download
 
     try:
-        if hub_offline() or not _hub_resolves():
+        if _cache_only():
             raise OSError("offline")
         names = HfApi().list_repo_files(repo_id)
     except Exception:  # offline or unreachable: fall back to what the cache holds
