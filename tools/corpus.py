@@ -399,7 +399,7 @@ def _extract_entry(root: Path, path: str, mtime_ns: int, size: int) -> _Entry:
 
 
 def _inside(root: Path, path: str) -> Path:
-    """The file at ``root/path`` with its symbolic links resolved.
+    """The file at ``root/path`` (``root`` resolved, as ``Corpus.open`` makes it) with its symbolic links resolved.
 
     Raises:
         ValueError: it resolves outside ``root`` (module docstring: such a link is never read), or to something
@@ -410,7 +410,7 @@ def _inside(root: Path, path: str) -> Path:
         file = (root / path).resolve()
     except RuntimeError as exc:  # Python 3.11-3.12 raise it for a loop of links (3.13: OSError ELOOP)
         raise OSError(errno.ELOOP, f"a loop of symbolic links ({exc})") from None
-    if not file.is_relative_to(root.resolve()):
+    if not file.is_relative_to(root):
         raise ValueError("a symbolic link to a file outside the corpus folder; only files under the folder are "
                          "documents")
     if not stat.S_ISREG(file.stat().st_mode):  # a FIFO or a device put in a document's place: a read never ends
