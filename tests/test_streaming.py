@@ -4,6 +4,7 @@ stops its decode within the turn, on the scripted engine and on real llama.cpp e
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -217,3 +218,83 @@ def test_a_cancelled_batched_sequence_leaves_the_other_decoding(smollm2_gguf: Pa
         # The engine still serves the cancelled sequence (batches of other shapes round differently: compare lengths).
         again = batched.sequence(0).generate(prompt, sampling=sampling, grammar=NUMBERS)
         assert again.finish_reason == "length" and len(again.token_ids) == 40
+
+
+def test_a_cancel_during_a_batched_prompt_stops_at_the_next_chunk_and_keeps_what_was_evaluated(
+        smollm2_gguf: Path, real_model_run: RealModelRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batched engine (``serve --slots``, ``--samples``) evaluated a cancelled prompt to its end; it asks before
+    each 512-token chunk now. The chunk evaluated stays cached for the sequence's next call, which then writes what
+    a new engine writes (the same chunk boundaries, so the same numerics)."""
+    import llama_cpp
+
+    prompt = [tok for _ in range(3) for tok in smollm2_engine_tokens(smollm2_gguf)][:2_000]
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=6)
+    args = {"n_threads": 2, **real_model_run.thread_args()}
+    decodes: list[int] = []
+    cancel = threading.Event()
+    real_decode = llama_cpp.llama_decode
+
+    def cancel_after_first(ctx: object, batch: llama_cpp.llama_batch) -> int:
+        decodes.append(batch.n_tokens)
+        cancel.set()
+        return int(real_decode(ctx, batch))
+
+    with BatchedLlamaCppEngine(smollm2_gguf, n_seq=1, n_ctx=4096, **args) as batched:
+        monkeypatch.setattr(llama_cpp, "llama_decode", cancel_after_first)
+        received, completion = _drain(stream_generation(batched.sequence(0), prompt, cancel=cancel,
+                                                        sampling=sampling))
+        assert received == [] and completion.finish_reason == "cancelled" and completion.token_ids == []
+        assert decodes == [512], decodes  # one chunk of the four the prompt needs
+        assert completion.stats.prompt_tokens_evaluated == 512
+        monkeypatch.setattr(llama_cpp, "llama_decode", real_decode)
+        again = batched.sequence(0).generate(prompt, sampling=sampling)
+    assert again.stats.prompt_tokens_reused == 512 and again.finish_reason != "cancelled"
+    with BatchedLlamaCppEngine(smollm2_gguf, n_seq=1, n_ctx=4096, **args) as fresh:
+        assert fresh.sequence(0).generate(prompt, sampling=sampling).text == again.text
+
+
+def test_a_batched_request_waiting_for_another_sequences_prefix_is_cancelled_at_once(
+        smollm2_gguf: Path, real_model_run: RealModelRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second rollout of the same prompt waits while the first prefills it (then copies it); cancelled while it
+    waits, it ends then, with nothing evaluated, and the first rollout goes on."""
+    import llama_cpp
+
+    prompt = [tok for _ in range(3) for tok in smollm2_engine_tokens(smollm2_gguf)][:2_000]
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=1, presence_penalty=0.0, max_tokens=6)
+    decodes: list[int] = []
+    cancel = threading.Event()
+    waiting: dict[str, Any] = {}
+    real_decode = llama_cpp.llama_decode
+
+    with BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, n_ctx=8192,
+                               **{"n_threads": 2, **real_model_run.thread_args()}) as batched:
+
+        def second_rollout() -> None:
+            waiting["completion"] = batched.sequence(1).generate(
+                prompt, sampling=sampling, on_text=lambda text: _raise_if(cancel))
+            waiting["at_decode"] = len(decodes)
+
+        def hooked(ctx: object, batch: llama_cpp.llama_batch) -> int:
+            decodes.append(batch.n_tokens)
+            if len(decodes) == 1:  # the first chunk of rollout 0: rollout 1 arrives and must wait for the prefix
+                waiting["thread"] = threading.Thread(target=second_rollout)
+                waiting["thread"].start()
+                while batched._incoming.empty():
+                    time.sleep(0.001)
+            elif len(decodes) == 2:  # rollout 1 was seen and is waiting now
+                cancel.set()
+            return int(real_decode(ctx, batch))
+
+        monkeypatch.setattr(llama_cpp, "llama_decode", hooked)
+        first = batched.sequence(0).generate(prompt, sampling=sampling)
+        waiting["thread"].join()
+    cancelled = waiting["completion"]
+    assert cancelled.finish_reason == "cancelled" and cancelled.token_ids == []
+    assert cancelled.stats.prompt_tokens_evaluated == 0
+    assert waiting["at_decode"] < len(decodes)  # it ended before the first rollout's prompt did
+    assert first.finish_reason != "cancelled" and first.stats.prompt_tokens_evaluated == 2_000
+
+
+def _raise_if(cancel: threading.Event) -> None:
+    if cancel.is_set():
+        raise GenerationCancelled("cancelled")

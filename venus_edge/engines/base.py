@@ -154,10 +154,10 @@ class Engine(Protocol):
     ``on_text`` receives the text as it is decoded, whole characters only, never a stop string; when it raises
     ``GenerationCancelled`` the engine stops at that token and returns with ``finish_reason == "cancelled"``
     (feeding the text through a ``StopStream`` gives both). An engine that evaluates a long prompt in batches may
-    call ``on_text("")`` between them and once after the prompt (``StopStream.poll``; ``LlamaCppEngine`` does, the
-    batched and OpenAI engines do not): no text, a point at which to cancel, so that a cancel does not wait for the
-    whole prompt (minutes of prefill for a 4B model on a CPU). ``stream_generation`` turns
-    any engine's ``generate`` into an iterator of text pieces.
+    call ``on_text("")`` between them and once after the prompt (``StopStream.poll``; ``LlamaCppEngine`` and the
+    batched engine do, the OpenAI engine does not): no text, a point at which to cancel, so that a cancel does
+    not wait for the whole prompt (minutes of prefill for a 4B model on a CPU). ``stream_generation`` turns any
+    engine's ``generate`` into an iterator of text pieces.
 
     Abilities are declared, not probed: ``concurrent_rollouts`` says whether several agents may call ``generate``
     at the same time (a model server batches concurrent requests; an in-process context decodes one at a time).

@@ -16,7 +16,9 @@ whose prefix another sequence is prefilling right now waits for it, then copies 
 Each sequence samples with its own llama.cpp sampler chain (``decode.sampler_chain``: the presence penalty over its
 turn, grammar, top-k, top-p, temperature, its own seed), as ``LlamaCppEngine`` does, and follows ``Engine``'s stop
 rules. Visit's
-completions (``complete``) run on one extra sequence, one at a time.
+completions (``complete``) run on one extra sequence, one at a time. A cancel (``on_text`` raising
+``GenerationCancelled``) stops a sequence at its next token, a prompt at its next chunk (``StopStream.poll`` before
+each), and a request still waiting for another sequence's prefix at once; the chunks evaluated stay cached.
 
 With ``draft="lookup"`` each sequence drafts by prompt lookup in its own tokens (``speculative.PromptLookup``) and
 the step verifies the drafts with everything else in the batch, as ``decode.decode_loop`` does for one sequence:
@@ -76,7 +78,7 @@ from venus_edge.protocol import render_chat_parts, tokenize_message
 __all__ = ["BatchedLlamaCppEngine", "SequenceEngine"]
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself: ``active.remove`` must not compare prompts
 class _Request:
     """One ``generate`` call of one sequence, from admission to its completion."""
 
@@ -295,6 +297,10 @@ class BatchedLlamaCppEngine:
             except queue.Empty:
                 pass
             for request in list(waiting):
+                if request.stream.poll():  # cancelled while it waited for another sequence's prefix
+                    waiting.remove(request)
+                    self._finish(active, request, finish="cancelled")
+                    continue
                 try:
                     admitted = self._admit(request, active)
                 except (ValueError, RuntimeError) as exc:  # a grammar llama.cpp refuses: this request fails
@@ -346,14 +352,20 @@ class BatchedLlamaCppEngine:
             last = self._add(request, [pending, *request.draft], logits_on_last=True, all_logits=bool(request.draft))
             rows.append((request, last - len(request.draft)))
         prefilling = False
-        for request in active:
+        for request in list(active):
             room = self.n_batch - batch.n_tokens
             if request.to_prefill and room > 0:
+                if request.stream.poll():  # a cancel stops a long prompt at its next chunk, as LlamaCppEngine's
+                    request.evaluated -= len(request.to_prefill)  # the chunks evaluated stay cached for the next call
+                    self._finish(active, request, finish="cancelled")
+                    continue
                 prefilling = True
                 chunk, request.to_prefill = request.to_prefill[:room], request.to_prefill[room:]
                 index = self._add(request, chunk, logits_on_last=not request.to_prefill)
                 if not request.to_prefill:
                     rows.append((request, index))
+        if batch.n_tokens == 0:  # every request of this step was cancelled
+            return
         started = time.perf_counter()
         status = llama_cpp.llama_decode(self._ctx.ctx, batch)
         if self._draft_lengths and not prefilling and status == 0:  # the cost table: decode-only steps
@@ -446,7 +458,8 @@ class BatchedLlamaCppEngine:
 
     def _finish(self, active: list[_Request], request: _Request, *, finish: FinishReason = "length",
                 error: BaseException | None = None) -> None:
-        active.remove(request)
+        if request in active:  # a request cancelled while waiting was never admitted
+            active.remove(request)
         if request.sampler is not None:
             llama_cpp.llama_sampler_free(request.sampler)
         if error is None:
