@@ -139,6 +139,26 @@ def test_a_folder_as_model_names_the_gguf_inside_it(smollm2_gguf, tmp_path, caps
     assert main(["plan", named]) == 0
 
 
+@pytest.mark.parametrize(("argv", "given_as"), [
+    (["plan", "{missing}"], "venus-edge plan"),
+    (["bench", "{missing}"], "venus-edge bench"),
+    (["research", "q", "--corpus", "{corpus}", "--model", "{missing}"], "--model"),
+    (["eval", "pydocs", "--corpus", "{corpus}", "--model", "{model}", "--judge", "{missing}", "--limit", "1"],
+     "--judge"),
+])
+def test_a_missing_model_is_asked_for_the_way_the_command_takes_it(argv, given_as, smollm2_gguf, docs_corpus,
+                                                                     tmp_path, capsys):
+    """``plan`` and ``bench`` take the model as their first argument, ``eval`` takes a judge by ``--judge``: the
+    advice said "--model" for each."""
+    values = {"missing": str(tmp_path / "missing.gguf"), "corpus": str(docs_corpus), "model": str(smollm2_gguf)}
+    assert main([arg.format(**values) for arg in argv]) == 3
+    message = _error_line(capsys)
+    examples = re.findall(r"\(([^()]*) /path/to/model\.gguf\)", message)
+    assert examples == [given_as], message
+    if argv[0] == "plan":  # the advice applied
+        assert main(["plan", str(smollm2_gguf)]) == 0
+
+
 def test_a_folder_of_several_or_no_ggufs_lists_them_or_says_what_to_give(smollm2_gguf, tmp_path):
     for name in ("a-Q8_0.gguf", "a-Q4_K_M.gguf"):
         shutil.copy(smollm2_gguf, tmp_path / name)

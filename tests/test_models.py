@@ -44,8 +44,9 @@ def test_hub_repo_from_the_offline_cache_picks_the_quant(tmp_path, smollm2_gguf,
 
 def test_hub_repo_not_cached_offline_says_how_to_pass_a_model(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelNotFoundError, match=r"--model /path/to/model.gguf"):
+    with pytest.raises(ModelNotFoundError, match=r"hf download inclusionAI/DR-Venus-4B-RL-GGUF") as raised:
         resolve_model("inclusionAI/DR-Venus-4B-RL-GGUF", cache_dir=tmp_path)
+    assert "(--model /path/to/model.gguf)" in raised.value.message_for({"model": "--model"})
 
 
 def test_cli_default_model_unreachable_exits_3_with_the_hint(docs_corpus, capsys, monkeypatch, tmp_path):

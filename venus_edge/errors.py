@@ -129,13 +129,20 @@ class ModelNotFoundError(VenusEdgeError):
     Attributes:
         source: what the user asked for (a path, or ``repo_id`` / ``repo_id:filename``).
         reason: what went wrong, without the advice.
-        advice: what to do (``MODEL_ADVICE`` unless the raiser knows better, e.g. that the hub is offline).
+        advice: what to do, a template whose ``{model}`` is how the caller gives a model (``MODEL_ADVICE`` unless
+            the raiser knows better, e.g. that the hub is offline); ``message_for({"model": "--model"})`` reads it
+            with a flag.
     """
 
     def __init__(self, source: str, reason: str, *, advice: str | None = None) -> None:
         self.source, self.reason = source, reason
         self.advice = MODEL_ADVICE if advice is None else advice
-        super().__init__(f"model {source!r} not found: {reason}. {self.advice}".rstrip())
+        stated = f"model {source!r} not found: {reason}. ".replace("{", "{{").replace("}", "}}")
+        super().__init__(self._named((stated + self.advice).rstrip()))
+
+    def given_by(self, setting: str) -> ModelNotFoundError:
+        """This error for a model that another setting gave (``judge``): its advice names that setting."""
+        return ModelNotFoundError(self.source, self.reason, advice=self.advice.replace("{model}", f"{{{setting}}}"))
 
     @classmethod
     def for_path(cls, path: Path) -> ModelNotFoundError:
@@ -144,9 +151,10 @@ class ModelNotFoundError(VenusEdgeError):
         return cls(str(path), reason, advice="" if path.is_dir() else None)
 
 
-#: What to do about a model that was not found, when nothing more precise is known.
-MODEL_ADVICE = ("Pass a local GGUF with --model /path/to/model.gguf, or a hub repo as --model owner/name:file.gguf "
-                "on a machine that can reach the Hugging Face hub (set HF_HUB_OFFLINE=1 to use only the local cache).")
+#: What to do about a model that was not found, when nothing more precise is known; ``{model}`` is how the caller
+#: gives a model (``--model`` on most commands, the command itself where the model is its first argument).
+MODEL_ADVICE = ("Give a local GGUF ({model} /path/to/model.gguf), or a hub repo ({model} owner/name:file.gguf) on a "
+                "machine that can reach the Hugging Face hub (set HF_HUB_OFFLINE=1 to use only the local cache).")
 
 
 class ModelLoadError(VenusEdgeError):

@@ -35,10 +35,13 @@ SETTING_FLAGS = {
     "kv_type": "--kv-type", "ram_bytes": "--ram", "keep_last": "--keep-last", "min_tool_calls": "--min-tool-calls",
     "draft": "--draft", "gpu_layers": "--gpu-layers", "python": "--python",
     "python_unsandboxed_network": "--python-unsandboxed-network",
-    "strict": "--strict", "observation_style": "--observation-style", "samples": "--samples",
+    "strict": "--strict", "observation_style": "--observation-style", "samples": "--samples", "model": "--model",
+    "judge": "--judge",
 }
-#: A command's own flag for a setting, where it differs from ``SETTING_FLAGS``' (several rollouts at once).
-COMMAND_SETTING_FLAGS = {"serve": {"samples": "--slots"}, "eval": {"samples": "--k"}}
+#: A command's own flag for a setting, where it differs from ``SETTING_FLAGS``' (several rollouts at once; the model
+#: as the command's first argument).
+COMMAND_SETTING_FLAGS = {"serve": {"samples": "--slots"}, "eval": {"samples": "--k"},
+                         "plan": {"model": "venus-edge plan"}, "bench": {"model": "venus-edge bench"}}
 
 #: The release that drops the old spellings of renamed flags (``add_deprecated_alias``).
 DEPRECATED_UNTIL = "0.2.0"

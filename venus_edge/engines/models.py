@@ -93,8 +93,9 @@ def _from_hub(repo_id: str, filename: str | None, quant: str, cache_dir: Path | 
 def _hub_advice(repo_id: str, filename: str | None = None) -> str:
     """What to do about a hub model that could not be fetched: offline, fetch it into the cache first (setting
     ``HF_HUB_OFFLINE`` again would change nothing); online, check the name, the network and the token."""
-    local = "or pass a local GGUF with --model /path/to/model.gguf"
+    local = "or give a local GGUF ({model} /path/to/model.gguf)"  # a template field: ModelNotFoundError's advice
     download = f"hf download {repo_id} {filename}" if filename else f"hf download {repo_id} --include '*.gguf'"
+    download, repo_id = (text.replace("{", "{{").replace("}", "}}") for text in (download, repo_id))
     if hub_offline():
         return (f"HF_HUB_OFFLINE is set, so only the local hub cache is read: download the file once on a machine "
                 f"that can reach the hub ({download}), unset HF_HUB_OFFLINE here, {local}.")

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from venus_edge.errors import ModelNotFoundError
 from venus_edge.eval.aggregate import AGGREGATORS
 
 if TYPE_CHECKING:
@@ -122,7 +123,11 @@ def _judge_engine(judge: str | None, engine: Any, settings: SessionSettings) -> 
     from venus_edge.engines.llama_cpp import LlamaCppEngine
     from venus_edge.engines.models import resolve_model
 
-    return LlamaCppEngine(resolve_model(judge), n_threads=settings.threads, gpu_layers=settings.gpu_layers)
+    try:
+        path = resolve_model(judge)
+    except ModelNotFoundError as exc:
+        raise exc.given_by("judge") from exc.__cause__
+    return LlamaCppEngine(path, n_threads=settings.threads, gpu_layers=settings.gpu_layers)
 
 
 def _run_record(args: argparse.Namespace, settings: SessionSettings, engine: Any, judge_engine: Any) -> RunRecord:
