@@ -196,6 +196,38 @@ def test_limits_and_lifecycle(smollm2_gguf):
         engine.sequence(0).generate([1, 2, 3], sampling=GREEDY)
 
 
+def test_a_page_read_beside_full_sequences_fails_none_of_them(smollm2_gguf, real_model_run):
+    """``complete`` (visit's evidence) ran in the sequences' cells and kept its own after it: one long page read
+    while every sequence was near its window filled the cache, and every sequence's next decode failed with
+    ContextOverflowError (serve --slots: one visit failed every session). It has cells of its own now."""
+    engine = BatchedLlamaCppEngine(smollm2_gguf, n_seq=2, n_ctx=1024, **real_model_run.thread_args())
+    try:
+        words = " ".join(f"word{i}" for i in range(130))
+        engine.complete([{"role": "user", "content": f"Repeat: {words}"}], max_tokens=20)
+        assert len(engine._kv_tokens[2]) > 400  # the page stays cached in the helper's cells
+        long = engine.tokenize(CHAT * 30)
+        prompts = [long[:440], long[-440:]]  # two different prompts of 440 tokens: 880 of the 1,024 cells
+        sixty = dataclasses.replace(GREEDY, max_tokens=60)
+        outputs = together([lambda s=s: engine.sequence(s).generate(prompts[s], sampling=sixty) for s in range(2)])
+        assert all(output.finish_reason in ("length", "eog") for output in outputs)  # it raised before
+        assert engine.helper_n_ctx == 512  # a sequence's window: below LlamaCppEngine's 8,192
+        with pytest.raises(ContextOverflowError, match="n_ctx is 512"):  # the helper keeps to its own window
+            engine.complete([{"role": "user", "content": f"Repeat: {words} {words}"}], max_tokens=20)
+    finally:
+        engine.close()
+
+
+def test_the_memory_plan_prices_the_helpers_cells(smollm2_gguf):
+    from venus_edge.memory.header import read_model_header
+    from venus_edge.memory.plan import estimate_memory
+
+    header = read_model_header(smollm2_gguf)
+    plan = BatchedLlamaCppEngine.memory_plan(header, n_seq=4, n_ctx=65_536)
+    assert plan.n_ctx == 65_536 + 8_192  # LlamaCppEngine's helper window, below a sequence's 16,384
+    assert plan.total_bytes == estimate_memory(header, n_ctx=65_536 + 8_192).total_bytes
+    assert BatchedLlamaCppEngine.memory_plan(header, n_seq=2, n_ctx=1024).n_ctx == 1024 + 512
+
+
 @pytest.mark.slow  # --max-tokens 1200: no strict turn is cut, whatever is sampled (tests/test_research.py)
 def test_research_samples_run_together_and_aggregate(smollm2_gguf, docs_corpus, tmp_path, capsys, real_model_run):
     out = tmp_path / "samples.jsonl"

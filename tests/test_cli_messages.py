@@ -18,6 +18,7 @@ import pytest
 
 from venus_edge.agent import Agent, AgentConfig
 from venus_edge.cli import build_parser, main
+from venus_edge.engines.batched import BatchedLlamaCppEngine
 from venus_edge.engines.llama_cpp import LlamaCppEngine
 from venus_edge.engines.models import resolve_model
 from venus_edge.errors import ContextSettingsError, ModelNotFoundError
@@ -102,7 +103,6 @@ def test_too_many_samples_at_once_name_their_own_flag_and_how_many_fit(command, 
     estimate the batched engine checks (the fix itself would allocate most of the machine's memory)."""
     from venus_edge.memory.header import read_model_header
     from venus_edge.memory.machine import total_ram_bytes
-    from venus_edge.memory.plan import estimate_memory
 
     code = main([*command, "--model", str(smollm2_gguf), "--corpus", str(docs_corpus), flag, "100000"])
     assert code == 3
@@ -111,8 +111,9 @@ def test_too_many_samples_at_once_name_their_own_flag_and_how_many_fit(command, 
     fits = _number(rf"lower {flag} to (\d+)", message)
     header, machine = read_model_header(smollm2_gguf), total_ram_bytes()
     assert machine is not None and 1 <= fits < 100_000
-    assert estimate_memory(header, n_ctx=8192 * fits).total_bytes <= machine
-    assert estimate_memory(header, n_ctx=8192 * (fits + 1)).total_bytes > machine
+    plan = BatchedLlamaCppEngine.memory_plan  # the engine's own price: its KV cells and visit's
+    assert plan(header, n_seq=fits, n_ctx=8192 * fits).total_bytes <= machine
+    assert plan(header, n_seq=fits + 1, n_ctx=8192 * (fits + 1)).total_bytes > machine
 
 
 def test_thread_counts_past_llama_cpps_limit_are_refused_before_it_crashes(smollm2_gguf, capsys):

@@ -379,15 +379,16 @@ def _refuse_samples_beyond_machine(path: Path, samples: int, window: int) -> Non
     Raises:
         SetupError: the message names the samples, the memory, and the most samples that fit.
     """
+    from venus_edge.engines.batched import BatchedLlamaCppEngine, helper_window
     from venus_edge.memory.header import read_model_header
     from venus_edge.memory.machine import total_ram_bytes
-    from venus_edge.memory.plan import estimate_memory, format_bytes
+    from venus_edge.memory.plan import format_bytes
 
     machine = total_ram_bytes()
     header = read_model_header(path)
 
     def needed(count: int) -> int:
-        return estimate_memory(header, n_ctx=window * count).total_bytes
+        return BatchedLlamaCppEngine.memory_plan(header, n_seq=count, n_ctx=window * count).total_bytes
 
     if machine is None or needed(samples) <= machine:
         return
@@ -401,9 +402,10 @@ def _refuse_samples_beyond_machine(path: Path, samples: int, window: int) -> Non
             high = middle - 1
     advice = (f"lower {{samples}} to {fits} (or {{n_ctx}} below {window:,})" if fits else
               f"lower {{n_ctx}} below {window:,}, or use a smaller model")
+    cells = window * samples + helper_window(window * samples, samples)
     raise SetupError(f"{{samples}} {samples:,} at {window:,} tokens each needs {format_bytes(needed(samples))} (one KV "
-                     f"cache of {window * samples:,} tokens), more than this machine's {format_bytes(machine)} of "
-                     f"RAM: {advice}", names_settings=True)
+                     f"cache of {cells:,} tokens, visit's included), more than this machine's "
+                     f"{format_bytes(machine)} of RAM: {advice}", names_settings=True)
 
 
 class _EngineWhenLoaded:

@@ -66,16 +66,17 @@ from venus_edge.engines.base import (
     shared_prefix_length,
 )
 from venus_edge.engines.decode import sampler_chain
+from venus_edge.engines.llama_cpp import DEFAULT_HELPER_N_CTX
 from venus_edge.engines.llama_load import check_gpu_layers, llama_diagnostics, load_model
 from venus_edge.engines.speculative import DraftLength, PromptLookup
 from venus_edge.engines.vocab import Vocabulary
 from venus_edge.errors import ContextOverflowError, EngineStateError
-from venus_edge.memory.header import check_gguf_file, read_model_header
+from venus_edge.memory.header import ModelHeader, check_gguf_file, read_model_header
 from venus_edge.memory.machine import check_threads, default_threads
-from venus_edge.memory.plan import estimate_memory, refuse_beyond_machine
+from venus_edge.memory.plan import KVType, MemoryPlan, estimate_memory, refuse_beyond_machine
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
-__all__ = ["BatchedLlamaCppEngine", "SequenceEngine"]
+__all__ = ["BatchedLlamaCppEngine", "SequenceEngine", "helper_window"]
 
 
 @dataclass(eq=False)  # a request is itself: ``active.remove`` must not compare prompts
@@ -126,6 +127,10 @@ class BatchedLlamaCppEngine:
         draft_tokens: draft exactly this many tokens whenever a sequence has them (benchmarks, tests); None: the
             length adapts to this machine's cost of a batch and each sequence's acceptance.
         gpu_layers: layers on the GPU, as ``LlamaCppEngine``'s (-1 all, 0 none); with any, flash attention is on.
+        helper_n_ctx: the window of the extra sequence that ``complete`` uses (visit's evidence), in KV cells of its
+            own on top of ``n_ctx`` (default: ``LlamaCppEngine``'s helper window, at most a sequence's window). Its
+            cells stay cached after a completion; sharing the sequences' cells, a long page read while every
+            sequence was near its window filled the cache and failed every sequence's decode.
 
     Raises:
         ModelNotFoundError, ModelLoadError, MemoryPlanError: as ``LlamaCppEngine``.
@@ -144,6 +149,7 @@ class BatchedLlamaCppEngine:
         draft: str | None = None,
         draft_tokens: int | None = None,
         gpu_layers: int = 0,
+        helper_n_ctx: int | None = None,
     ) -> None:
         check_gpu_layers(gpu_layers)
         if n_seq < 1:
@@ -165,14 +171,18 @@ class BatchedLlamaCppEngine:
         self.n_threads = n_threads or default_threads()
         check_threads(self.n_threads)
         self.n_batch = min(n_batch, n_ctx)
+        self.helper_n_ctx = helper_window(n_ctx, n_seq) if helper_n_ctx is None else helper_n_ctx
+        if self.helper_n_ctx < 1:
+            raise ValueError(f"helper_n_ctx must be at least 1, got {self.helper_n_ctx}")
         header = read_model_header(self.model_path)  # its values bounded before llama.cpp sees them
-        refuse_beyond_machine(header, estimate_memory(header, n_ctx=n_ctx, kv_type="f32" if kv_cache_f32 else "f16",
-                                                      n_batch=self.n_batch, n_threads=self.n_threads))
+        refuse_beyond_machine(header, self.memory_plan(
+            header, n_seq=n_seq, n_ctx=n_ctx, helper_n_ctx=self.helper_n_ctx,
+            kv_type="f32" if kv_cache_f32 else "f16", n_batch=self.n_batch, n_threads=self.n_threads))
         set_verbose(False)  # llama.cpp logs through llama-cpp-python's logger, as LlamaCppEngine(verbose=False) sets it
         self.gpu_layers = gpu_layers
         self._model = load_model(self.model_path, gpu_layers=gpu_layers)
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, self.n_batch, self.n_batch
+        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx + self.helper_n_ctx, self.n_batch, self.n_batch
         params.n_seq_max, params.kv_unified = n_seq + 1, True
         params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if gpu_layers  # as LlamaCppEngine
                                   else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
@@ -195,6 +205,19 @@ class BatchedLlamaCppEngine:
 
     #: Several agents may drive this engine's sequences at the same time.
     concurrent_rollouts = True
+
+    @staticmethod
+    def memory_plan(header: ModelHeader, *, n_seq: int, n_ctx: int, helper_n_ctx: int | None = None,
+                    kv_type: KVType = "f16", n_batch: int = 512, n_threads: int | None = None) -> MemoryPlan:
+        """The resident memory of an engine of these settings (arguments as the constructor's): one KV cache of
+        ``n_ctx`` cells for the sequences and ``helper_n_ctx`` for ``complete``'s (``estimate_memory``)."""
+        helper = helper_window(n_ctx, n_seq) if helper_n_ctx is None else helper_n_ctx
+        return estimate_memory(header, n_ctx=n_ctx + helper, kv_type=kv_type, n_batch=min(n_batch, n_ctx),
+                               n_threads=n_threads)
+
+    def _window(self, seq: int) -> int:
+        """The most tokens sequence ``seq`` may hold: its share of ``n_ctx``, or the helper's window."""
+        return self.helper_n_ctx if seq == self.n_seq else self.n_ctx_total // self.n_seq
 
     def tokenize(self, text: str, *, parse_special: bool = True) -> list[int]:
         return self.vocabulary.tokenize(text, parse_special=parse_special)
@@ -254,7 +277,7 @@ class BatchedLlamaCppEngine:
         if self._closed:
             raise EngineStateError(f"batched engine for {self.model_path} is closed")
         prompt = list(prompt_ids)
-        room = room_left(len(prompt), self.n_ctx_total // self.n_seq)
+        room = room_left(len(prompt), self._window(seq))
         stop_ids = {token: text for text in stop if (token := self.vocabulary.single_token_id(text)) is not None}
         stream = StopStream([text for text in stop if text not in stop_ids.values()], on_text, stop_text_if)
         request = _Request(seq, prompt, sampling, stop_ids, stream, grammar, seed,
@@ -389,7 +412,7 @@ class BatchedLlamaCppEngine:
         drafter = self._drafters[request.seq]
         drafter.extend([pending])  # the pending token joins the context the drafter continues
         space = min(self.n_batch - in_batch - 1 - (decoding - 1),  # room for the other sequences' tokens
-                    self.n_ctx_total // self.n_seq - len(self._kv_tokens[request.seq]) - 1,
+                    self._window(request.seq) - len(self._kv_tokens[request.seq]) - 1,
                     request.max_tokens - len(request.token_ids) - 1)
         want = self._draft_lengths[request.seq].choose(space, batch=decoding) if space > 0 else 0
         return drafter.propose(want) if want > 0 else []
@@ -484,6 +507,12 @@ class BatchedLlamaCppEngine:
         for request in requests:
             request.error = error
             request.done.set()
+
+
+def helper_window(n_ctx: int, n_seq: int) -> int:
+    """The default window of a batched engine's ``complete`` sequence: ``LlamaCppEngine``'s helper window
+    (``DEFAULT_HELPER_N_CTX``), at most one sequence's share of ``n_ctx``."""
+    return max(1, min(DEFAULT_HELPER_N_CTX, n_ctx // n_seq))
 
 
 class SequenceEngine:
