@@ -161,11 +161,32 @@ def test_a_tag_inside_a_string_argument_is_text(tag, quote):
     assert parsed.tool_call.arguments["goal"] == goal
 
 
-@pytest.mark.parametrize("tag", TAGS)
+@pytest.mark.parametrize("tag", [tag for tag in TAGS if tag != "</answer>"])
 def test_a_tag_written_inside_an_answer_is_text(tag):
     answer = f"Close the block with {tag} and nothing else."
     parsed = turn(f"done\n</think>\n\n<answer>\n{answer}\n</answer>")
     assert parsed.kind == "answer" and parsed.answer == answer and parsed.well_formed, parsed.errors
+
+
+@pytest.mark.parametrize(
+    "after, expected",
+    [
+        ("\nIn short: <answer>Paris</answer>", ["text_after_action", "several_answers"]),
+        ("\n<answer>Lyon</answer>", ["several_answers"]),
+        (". <answer>Lyon</answer>", ["text_after_action", "several_answers"]),
+        ("\nNote: I closed with </answer> above.", ["text_after_action"]),
+        (" and nothing else.</answer>", ["text_after_action"]),  # the close written as text ends the answer too
+        ("\r\n\r\nDone.\r\n</answer>", ["text_after_action"]),
+        ("\n</answer>", ["text_after_action"]),
+    ],
+)
+def test_an_answer_ends_at_its_first_close_as_the_reference_reads_it(after, expected):
+    """The answer went on to the last ``</answer>`` when text followed the first: "Paris\n</answer>\nIn short:
+    <answer>Paris" with no error. The reference (``<answer>(.*?)</answer>``, the RL reward's reading) ends it at the
+    first; what follows is recorded and dropped from the history."""
+    parsed = turn(f"done\n</think>\n\n<answer>\nParis\n</answer>{after}")
+    assert parsed.kind == "answer" and parsed.answer == "Paris" and codes(parsed) == expected, parsed.errors
+    assert parsed.content == canonical_turn("done", answer="Paris")
 
 
 @pytest.mark.parametrize("tag", ["<tool_response>", "</tool_response>", "</tool_call>", "</answer>", "<answer>"])
@@ -294,6 +315,39 @@ def test_a_quoted_close_tag_never_cuts_the_call(generated, kind, expected_codes)
 def test_without_a_think_close_the_action_is_the_one_the_turn_ends_with(generated, kind):
     parsed = turn(generated)
     assert parsed.kind == kind and codes(parsed) == ["unclosed_think"], parsed.errors
+
+
+@pytest.mark.parametrize(
+    "generated",
+    [
+        "Hypothesis: <answer>Paris</answer>? Not sure yet, I need to verify. The next step is to",
+        f"Option 1: I could call <tool_call>\n{SEARCH}\n</tool_call> but first let me think about",
+        f"<answer>Paris</answer> seems likely; <tool_call>{SEARCH}</tool_call> would confirm it, and then",
+    ],
+)
+def test_an_action_in_reasoning_that_never_ended_is_not_acted_on(generated):
+    """A turn cut at its token limit in the middle of its reasoning (no ``</think>``) that mentions an answer or a
+    call ended the session with that answer or ran that call. Only an action the turn ends with counts; this is
+    retried (the reference retries every turn without ``</think>``)."""
+    parsed = turn(generated)
+    assert parsed.kind == "malformed" and parsed.answer is None and parsed.tool_call is None, parsed.errors
+    assert codes(parsed) == ["unclosed_think", "no_action"]
+
+
+@pytest.mark.parametrize(
+    "generated, answer",
+    [
+        ("maybe <answer>Paris</answer>\n</think>\n\nDone.", "Paris"),
+        ("<answer>\nParis\n</answer>\n</think>", "Paris"),
+    ],
+)
+def test_an_answer_left_inside_closed_reasoning_is_the_answer(generated, answer):
+    """As a call left inside the reasoning runs (``call_in_reasoning``), an answer left there with no action
+    after ``</think>`` answers (the reference reads the first answer anywhere); it was retried five times."""
+    parsed = turn(generated)
+    assert parsed.kind == "answer" and parsed.answer == answer
+    assert "answer_in_reasoning" in codes(parsed) and parsed.usable
+    assert parsed.content.endswith(f"</think>\n\n<answer>\n{answer}\n</answer>")
 
 
 def test_an_example_call_in_the_reasoning_does_not_end_the_turn():

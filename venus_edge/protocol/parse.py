@@ -14,9 +14,11 @@ reference (DR-Venus ``Inference/run_demo.py`` reads the text between the first `
   ends the scan, the code is Python, not JSON, and ends at the first ``</code>`` followed only by whitespace and
   ``</tool_call>`` (or the end of the text), so ``</code>`` and ``</tool_call>`` inside a Python string stay code;
   the code goes into the call's ``code`` argument (stripped, as the RL loop strips it);
-- an answer ends at the first ``</answer>`` followed only by whitespace, another block or ``<tool_response>``;
+- an answer ends at its first ``</answer>``, as the reference's non-greedy ``<answer>(.*?)</answer>`` reads it (what
+  the RL reward was computed on); text after it is ``text_after_action``, a second block ``several_answers``;
 - the reasoning ends at the first ``</think>`` that an action follows; without any ``</think>``, at the start of
-  the action the turn ends with.
+  the action the turn ends with, and only such an action counts: an answer or a call followed by more text is in
+  reasoning that never ended (a turn cut at its token limit) and is not acted on.
 
 Every scan moves forward only, so parsing is linear in the turn's length (a turn holds up to 15,000 tokens).
 """
@@ -179,7 +181,8 @@ def parse_turn(content: str, tool_names: Iterable[str]) -> ParsedTurn:
 
     Non-fatal errors (the turn runs; the history gets the canonical turn; the RL format check fails):
     ``text_before_think``, ``unbalanced_think``, ``unclosed_think`` (the reasoning ends where the turn's final
-    action starts), ``call_in_reasoning`` (a call inside the reasoning and none after it), ``several_calls`` (the
+    action starts), ``call_in_reasoning`` (a call inside the closed reasoning and no action after it; the reference
+    reads the first call anywhere), ``answer_in_reasoning`` (the same for an answer), ``several_calls`` (the
     first valid call runs), ``skipped_call`` (a broken call before the valid one), ``several_answers`` (the first
     is used), ``text_before_action``, ``text_after_action``, ``unclosed_call``, ``lenient_json`` (a body that
     only json5 reads: single quotes, trailing commas, comments, unquoted keys), ``repaired_json`` (a body that
@@ -217,8 +220,8 @@ def parse_turn(content: str, tool_names: Iterable[str]) -> ParsedTurn:
     if end is None:
         errors.append(FormatError("unclosed_think", "The <think> block is not closed with </think>.", fatal=False))
         final = _final_block(body)
-        first = _ACTION_OPEN_RE.search(body)
-        cut = final.start if final is not None else first.start() if first else len(body)
+        truncated = _truncated_call(body) if final is None else None
+        cut = final.start if final is not None else truncated if truncated is not None else len(body)
         reasoning, tail = body[:cut], body[cut:]
     else:
         reasoning, tail = body[: end[0]], body[end[1] :]
@@ -228,10 +231,15 @@ def parse_turn(content: str, tool_names: Iterable[str]) -> ParsedTurn:
 
     blocks = _scan_blocks(tail)
     history_reasoning = reasoning
-    if not blocks and (inner := [b for b in _scan_blocks(reasoning) if b.kind == "tool_call"]):
+    inner = _scan_blocks(reasoning) if not blocks and end is not None else []
+    if calls_inside := [block for block in inner if block.kind == "tool_call"]:
         errors.append(FormatError("call_in_reasoning", "The tool call is inside <think></think>.", fatal=False))
-        blocks = inner[:1]
-        history_reasoning = reasoning[: inner[0].start] + reasoning[inner[0].end :]
+        blocks = calls_inside[:1]
+        history_reasoning = reasoning[: calls_inside[0].start] + reasoning[calls_inside[0].end :]
+    elif answers_inside := [block for block in inner if block.kind == "answer" and block.complete]:
+        errors.append(FormatError("answer_in_reasoning", "The answer is inside <think></think>.", fatal=False))
+        blocks = answers_inside[:1]
+        history_reasoning = reasoning[: answers_inside[0].start] + reasoning[answers_inside[0].end :]
     else:
         _stray_text(tail, blocks, errors)
     calls = [block for block in blocks if block.kind == "tool_call"]
@@ -291,7 +299,6 @@ CODE_OPEN, CODE_CLOSE = "<code>", "</code>"
 _CODE_END_RE = re.compile(f"{re.escape(CODE_CLOSE)}(?=\\s*(?:{re.escape(TOOL_CALL_CLOSE)}|\\Z))")
 _STOP_RE = re.compile(re.escape(TOOL_RESPONSE_OPEN))
 _ACTION_OPEN_RE = re.compile(f"{re.escape(TOOL_CALL_OPEN)}|{re.escape(ANSWER_OPEN)}")
-_ANSWER_CLOSE_RE = re.compile(re.escape(ANSWER_CLOSE))
 # The end of the reasoning: a </think> followed by an action; else the last </think>.
 _REASONING_END_RE = re.compile(f"{re.escape(THINK_CLOSE)}(?=\\s*(?:{_ACTION_OPEN_RE.pattern}))")
 # Call blocks decoded at most in one turn, looking for a valid one (a turn of thousands of broken blocks is junk).
@@ -432,18 +439,21 @@ def scan_call_body(text: str, start: int) -> tuple[int | None, int | None, int]:
 
 
 def _answer_block(text: str, start: int) -> _Block:
-    """An answer ends at the first ``</answer>`` followed only by whitespace, another block or
-    ``<tool_response>``; an answer that writes ``</answer>`` as text goes on past it. Without such a close, the
-    last ``</answer>`` ends it."""
+    """An answer ends at its first ``</answer>`` (the reference's non-greedy match); unclosed, at the end."""
     inner = start + len(ANSWER_OPEN)
-    for match in _ANSWER_CLOSE_RE.finditer(text, inner):
-        after = _skip_space(text, match.end())
-        if after == len(text) or _ACTION_OPEN_RE.match(text, after) or text.startswith(TOOL_RESPONSE_OPEN, after):
-            return _Block("answer", start, match.end(), text[inner : match.start()].strip(), True, True)
-    last = text.rfind(ANSWER_CLOSE, inner)
-    if last != -1:
-        return _Block("answer", start, last + len(ANSWER_CLOSE), text[inner:last].strip(), True, True)
+    close = text.find(ANSWER_CLOSE, inner)
+    if close != -1:
+        return _Block("answer", start, close + len(ANSWER_CLOSE), text[inner:close].strip(), True, True)
     return _Block("answer", start, len(text), text[inner:].strip(), False, False)
+
+
+def _truncated_call(body: str) -> int | None:
+    """Where the call that ``body`` (reasoning never closed) ends in, cut off inside its JSON or code, starts; None
+    when it ends in none: such a call is ``truncated_call``, not a call left in the reasoning."""
+    starts = [match.start() for match in _ACTION_OPEN_RE.finditer(body)]
+    if starts and body.startswith(TOOL_CALL_OPEN, starts[-1]) and not _call_block(body, starts[-1]).complete:
+        return starts[-1]
+    return None
 
 
 def _skip_space(text: str, index: int) -> int:
