@@ -195,6 +195,16 @@ def test_a_tag_mentioned_in_the_reasoning_is_text(tag):
     assert parsed.kind == "tool_call" and parsed.reasoning == f"Results come back inside {tag} tags."
 
 
+@pytest.mark.parametrize("reasoning", ["</think<<think>think>> x", "x <thi<think>nk>", "<<think>/think>x",
+                                       "x </th</think>ink>", "<" * 50 + "think>" * 50 + "x"])
+def test_the_history_holds_no_think_tag_that_removing_another_one_made(reasoning):
+    """Removing ``<think>`` from ``</think<<think>think>>`` wrote ``</think>`` (one pass of str.replace), and the
+    canonical history showed the model a stray think tag."""
+    content = canonical_turn(reasoning, answer="42")
+    assert content.count(protocol.THINK_OPEN) == 1 and content.count(protocol.THINK_CLOSE) == 1, content
+    assert "x" in content
+
+
 def test_the_reasoning_ends_at_the_think_close_that_an_action_follows():
     parsed = turn(f"I close with </think> when done.\n</think>\n\n<tool_call>\n{SEARCH}\n</tool_call>")
     assert parsed.kind == "tool_call" and parsed.reasoning == "I close with </think> when done."

@@ -274,7 +274,7 @@ def canonical_turn(reasoning: str, *, tool_call: ToolCall | None = None, answer:
     """
     if (tool_call is None) == (answer is None):
         raise ValueError("a turn holds exactly one of tool_call and answer")
-    thought = reasoning.replace(THINK_OPEN, "").replace(THINK_CLOSE, "").strip()
+    thought = _without_think_tags(reasoning).strip()
     head = f"{THINK_OPEN}\n{thought}\n{THINK_CLOSE}\n\n"
     if tool_call is not None and tool_call.name == PYTHON_INTERPRETER_NAME and "code" in tool_call.arguments:
         rest = {key: value for key, value in tool_call.arguments.items() if key != "code"}
@@ -284,6 +284,22 @@ def canonical_turn(reasoning: str, *, tool_call: ToolCall | None = None, answer:
     if tool_call is not None:
         return f"{head}{TOOL_CALL_OPEN}\n{json.dumps(tool_call.to_dict(), ensure_ascii=False)}\n{TOOL_CALL_CLOSE}"
     return f"{head}{ANSWER_OPEN}\n{answer.strip() if answer else ''}\n{ANSWER_CLOSE}"
+
+
+def _without_think_tags(text: str) -> str:
+    """``text`` with every think tag removed, also those that removing one joins (``<thi<think>nk>``): one pass,
+    each character appended and a tag dropped as soon as the kept text ends with one."""
+    if "think>" not in text:
+        return text
+    kept: list[str] = []
+    for char in text:
+        kept.append(char)
+        if char == ">":
+            for tag in (THINK_OPEN, THINK_CLOSE):
+                if len(kept) >= len(tag) and "".join(kept[-len(tag):]) == tag:
+                    del kept[-len(tag):]
+                    break
+    return "".join(kept)
 
 
 def check_format(content: str, tool_names: Iterable[str]) -> list[FormatError]:
