@@ -146,15 +146,16 @@ def test_a_folder_as_model_names_the_gguf_inside_it(smollm2_gguf, tmp_path, caps
     (["research", "q", "--corpus", "{corpus}", "--model", "{missing}"], "--model"),
     (["eval", "pydocs", "--corpus", "{corpus}", "--model", "{model}", "--judge", "{missing}", "--limit", "1"],
      "--judge"),
+    (["bench", "{model}", "--reference", "{missing}"], "--reference"),
 ])
 def test_a_missing_model_is_asked_for_the_way_the_command_takes_it(argv, given_as, smollm2_gguf, docs_corpus,
                                                                      tmp_path, capsys):
     """``plan`` and ``bench`` take the model as their first argument, ``eval`` takes a judge by ``--judge``: the
-    advice said "--model" for each."""
+    advice said "--model" for each (``bench --reference`` too, and offered a hub repo it does not take)."""
     values = {"missing": str(tmp_path / "missing.gguf"), "corpus": str(docs_corpus), "model": str(smollm2_gguf)}
     assert main([arg.format(**values) for arg in argv]) == 3
     message = _error_line(capsys)
-    examples = re.findall(r"\(([^()]*) /path/to/model\.gguf\)", message)
+    examples = re.findall(r"\(([^()]*) (?:/path/to/model|F16)\.gguf\)", message)
     assert examples == [given_as], message
     if argv[0] == "plan":  # the advice applied
         assert main(["plan", str(smollm2_gguf)]) == 0

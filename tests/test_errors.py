@@ -9,7 +9,7 @@ import pkgutil
 import re
 
 import venus_edge.errors
-from venus_edge.errors import VenusEdgeError
+from venus_edge.errors import ModelNotFoundError, VenusEdgeError
 
 # The runtime package and the parts installed under it from their own folders (tools/, quantize/, train/).
 ROOT_PACKAGES = ("venus_edge", "venus_edge.tools", "venus_edge.quantize", "venus_edge.train")
@@ -84,3 +84,14 @@ def test_the_second_bases_keep_what_callers_caught_before():
     assert issubclass(QuestionTooLongError, ValueError) and issubclass(ConfigError, ValueError)
     assert issubclass(RolloutServerError, RuntimeError) and issubclass(OracleGaveUp, RuntimeError)
     assert issubclass(SetupError, VenusEdgeError)
+
+
+def test_a_model_given_by_another_setting_keeps_braces_of_its_name():
+    """``given_by`` names the setting in the advice's ``{model}`` field only, not in a ``{model}`` that the name
+    itself holds (escaped in the template)."""
+    from venus_edge.engines.models import _hub_advice
+
+    error = ModelNotFoundError("own/{model}:x.gguf", "cannot fetch it", advice=_hub_advice("own/{model}", "x.gguf"))
+    message = error.given_by("judge").message_for({"judge": "--judge", "model": "--model"})
+    assert "hf download own/{model} x.gguf" in message or "huggingface.co/own/{model}" in message, message
+    assert "(--judge /path/to/model.gguf)" in message and "--model" not in message

@@ -245,7 +245,7 @@ def test_a_cancel_during_a_batched_prompt_stops_at_the_next_chunk_and_keeps_what
                                                         sampling=sampling))
         assert received == [] and completion.finish_reason == "cancelled" and completion.token_ids == []
         assert decodes == [512], decodes  # one chunk of the four the prompt needs
-        assert completion.stats.prompt_tokens_evaluated == 512
+        assert completion.stats.prompt_tokens_evaluated == 512 and completion.stats.prompt_tokens_reused == 0
         monkeypatch.setattr(llama_cpp, "llama_decode", real_decode)
         again = batched.sequence(0).generate(prompt, sampling=sampling)
     assert again.stats.prompt_tokens_reused == 512 and again.finish_reason != "cancelled"
@@ -290,7 +290,7 @@ def test_a_batched_request_waiting_for_another_sequences_prefix_is_cancelled_at_
         waiting["thread"].join()
     cancelled = waiting["completion"]
     assert cancelled.finish_reason == "cancelled" and cancelled.token_ids == []
-    assert cancelled.stats.prompt_tokens_evaluated == 0
+    assert cancelled.stats.prompt_tokens_evaluated == cancelled.stats.prompt_tokens_reused == 0
     assert waiting["at_decode"] < len(decodes)  # it ended before the first rollout's prompt did
     assert first.finish_reason != "cancelled" and first.stats.prompt_tokens_evaluated == 2_000
 

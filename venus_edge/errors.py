@@ -60,6 +60,7 @@ nothing from the package, so every part may import it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -142,7 +143,8 @@ class ModelNotFoundError(VenusEdgeError):
 
     def given_by(self, setting: str) -> ModelNotFoundError:
         """This error for a model that another setting gave (``judge``): its advice names that setting."""
-        return ModelNotFoundError(self.source, self.reason, advice=self.advice.replace("{model}", f"{{{setting}}}"))
+        advice = re.sub(r"(?<!\{)\{model\}(?!\})", f"{{{setting}}}", self.advice)  # not an escaped {{model}}
+        return ModelNotFoundError(self.source, self.reason, advice=advice)
 
     @classmethod
     def for_path(cls, path: Path) -> ModelNotFoundError:

@@ -41,7 +41,8 @@ SETTING_FLAGS = {
 #: A command's own flag for a setting, where it differs from ``SETTING_FLAGS``' (several rollouts at once; the model
 #: as the command's first argument).
 COMMAND_SETTING_FLAGS = {"serve": {"samples": "--slots"}, "eval": {"samples": "--k"},
-                         "plan": {"model": "venus-edge plan"}, "bench": {"model": "venus-edge bench"}}
+                         "plan": {"model": "venus-edge plan"},
+                         "bench": {"model": "venus-edge bench", "reference": "--reference"}}
 
 #: The release that drops the old spellings of renamed flags (``add_deprecated_alias``).
 DEPRECATED_UNTIL = "0.2.0"

@@ -130,6 +130,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from venus_edge.bench.run import STAGES, load_results, pick_reference, reusable_results, run_bench
     from venus_edge.engines.llama_load import check_gpu_layers
     from venus_edge.engines.models import resolve_model
+    from venus_edge.errors import ModelNotFoundError, missing_file_reason
     from venus_edge.memory.machine import physical_cores
 
     for flag, value, least in (("--decode-tokens", args.decode_tokens, 2), ("--repeats", args.repeats, 1),
@@ -141,6 +142,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     models = [resolve_model(model) for model in args.models]
+    if args.reference is not None and not args.reference.is_file():  # a local file only (no hub repo)
+        raise ModelNotFoundError(str(args.reference), missing_file_reason(args.reference, ".gguf"),
+                                 advice="" if args.reference.is_dir() else "Give a local GGUF ({reference} F16.gguf).")
     try:
         configs = [measure.BenchConfig(model, kv_type=kv, threads=threads, n_ctx=args.n_ctx,
                                        prompt_lengths=args.prompt_lengths, depths=args.depths,

@@ -97,7 +97,8 @@ class _Request:
     # scheduler state
     sampler: Any = None
     to_prefill: list[int] = field(default_factory=list)
-    evaluated: int = 0
+    evaluated: int = 0  # prompt tokens evaluated (a cancel during the prefill leaves some not evaluated)
+    reused: int = 0  # prompt tokens found in the KV cache at admission
     pending_token: int | None = None  # sampled, not yet in the KV cache
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -354,7 +355,7 @@ class BatchedLlamaCppEngine:
         llama_cpp.llama_memory_seq_rm(self._memory, request.seq, keep, -1)
         del self._kv_tokens[request.seq][keep:]
         request.to_prefill = prompt[keep:]
-        request.evaluated = len(request.to_prefill)
+        request.evaluated, request.reused = len(request.to_prefill), keep
         request.sampler = sampler_chain(self._model.vocab, request.sampling, grammar=request.grammar,
                                         seed=request.seed, penalty_window=request.max_tokens)
         if self._drafters:
@@ -494,7 +495,7 @@ class BatchedLlamaCppEngine:
                 finish = "cancelled"
             end = time.perf_counter()
             first = request.first or end
-            stats = GenerationStats(len(request.prompt), request.evaluated, len(request.prompt) - request.evaluated,
+            stats = GenerationStats(len(request.prompt), request.evaluated, request.reused,
                                     request.decoded, first - request.started, end - first,
                                     drafted_tokens=request.drafted, accepted_tokens=request.accepted,
                                     verify_steps=request.verify_steps if request.drafted else 0)

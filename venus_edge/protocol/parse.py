@@ -182,7 +182,7 @@ def parse_turn(content: str, tool_names: Iterable[str]) -> ParsedTurn:
     Non-fatal errors (the turn runs; the history gets the canonical turn; the RL format check fails):
     ``text_before_think``, ``unbalanced_think``, ``unclosed_think`` (the reasoning ends where the turn's final
     action starts), ``call_in_reasoning`` (a call inside the closed reasoning and no action after it; the reference
-    reads the first call anywhere), ``answer_in_reasoning`` (the same for an answer), ``several_calls`` (the
+    reads the first call anywhere), ``several_calls`` (the
     first valid call runs), ``skipped_call`` (a broken call before the valid one), ``several_answers`` (the first
     is used), ``text_before_action``, ``text_after_action``, ``unclosed_call``, ``lenient_json`` (a body that
     only json5 reads: single quotes, trailing commas, comments, unquoted keys), ``repaired_json`` (a body that
@@ -236,10 +236,6 @@ def parse_turn(content: str, tool_names: Iterable[str]) -> ParsedTurn:
         errors.append(FormatError("call_in_reasoning", "The tool call is inside <think></think>.", fatal=False))
         blocks = calls_inside[:1]
         history_reasoning = reasoning[: calls_inside[0].start] + reasoning[calls_inside[0].end :]
-    elif answers_inside := [block for block in inner if block.kind == "answer" and block.complete]:
-        errors.append(FormatError("answer_in_reasoning", "The answer is inside <think></think>.", fatal=False))
-        blocks = answers_inside[:1]
-        history_reasoning = reasoning[: answers_inside[0].start] + reasoning[answers_inside[0].end :]
     else:
         _stray_text(tail, blocks, errors)
     calls = [block for block in blocks if block.kind == "tool_call"]
@@ -465,10 +461,11 @@ def _answer_block(text: str, start: int) -> _Block:
 
 def _truncated_call(body: str) -> int | None:
     """Where the call that ``body`` (reasoning never closed) ends in, cut off inside its JSON or code, starts; None
-    when it ends in none: such a call is ``truncated_call``, not a call left in the reasoning."""
-    starts = [match.start() for match in _ACTION_OPEN_RE.finditer(body)]
-    if starts and body.startswith(TOOL_CALL_OPEN, starts[-1]) and not _call_block(body, starts[-1]).complete:
-        return starts[-1]
+    when it ends in none: such a call is ``truncated_call``, not a call left in the reasoning. Blocks are scanned as
+    ``_scan_blocks`` scans them, so a tag inside a call's string is text."""
+    blocks = _scan_blocks(body)
+    if blocks and blocks[-1].kind == "tool_call" and not blocks[-1].complete:
+        return blocks[-1].start
     return None
 
 
