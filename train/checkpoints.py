@@ -11,7 +11,10 @@ atomically and resumed by fingerprint, the final Hugging Face checkpoint, and th
 A checkpoint is ``OUT/checkpoints/step-N`` (accelerate's model, optimizer, scheduler and RNG state, plus
 ``state.json`` with the step and the run's fingerprint). It is written to ``step-N.tmp`` and renamed once whole, so
 a killed run leaves no half checkpoint; a rerun resumes from the newest one if its fingerprint (the settings that
-decide the data order and the schedule) equals the run's, and refuses an ``OUT`` written by another config.
+decide the data order and the schedule, and what the data holds) equals the run's, and refuses an ``OUT`` written by
+another config or other data. ``final`` is written the same way (``final.tmp``, then renamed), so a ``final`` folder
+is always whole and a run killed while saving it saves it again on the rerun. The step logs are JSONL; on a resume
+``trim_step_log`` drops the rows of the steps that will be redone, and a line torn by the kill.
 
 A checkpoint resumes on any number of processes under DDP: the model and optimizer are saved whole by the main
 process, and accelerate keeps one RNG file per process (``random_states_<rank>.pkl``); a process the checkpoint has
@@ -23,14 +26,20 @@ by torch's distributed checkpoint, which reshards on load.)
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
 import shutil
+from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ProgressBar", "adamw", "end_processes", "fingerprint", "list_checkpoints", "resume", "save_checkpoint",
-           "save_final", "weight_decay_groups"]
+from venus_edge.jsonl import parse_line
+
+__all__ = ["ProgressBar", "adamw", "check_finite", "content_digest", "end_processes", "fingerprint", "list_checkpoints",
+           "resume", "save_checkpoint", "save_final", "trim_step_log", "weight_decay_groups"]
 
 
 def weight_decay_groups(parameters: Iterable[Any], weight_decay: float) -> list[dict[str, Any]]:
@@ -55,6 +64,29 @@ def fingerprint(config: Any, keys: Sequence[str], **extra: Any) -> str:
     return json.dumps({**{key: settings[key] for key in keys}, **extra}, sort_keys=True)
 
 
+def content_digest(rows: Iterable[Sequence[int]]) -> str:
+    """A SHA-256 of integer rows (token ids, masks), for a fingerprint: the same data trains the same steps."""
+    digest = hashlib.sha256()
+    for row in rows:
+        values = array("q", row)
+        digest.update(len(values).to_bytes(8, "little") + values.tobytes())
+    return digest.hexdigest()
+
+
+def check_finite(step: int, *, output_dir: Path, **figures: Any) -> None:
+    """Stop a run whose step ``step`` diverged (a loss or gradient norm that is NaN or infinite) before anything of
+    it is logged or saved: its weights would replace the good checkpoints.
+
+    Raises:
+        ValueError: naming the figure, the step and what to do.
+    """
+    for name, value in figures.items():
+        if value is not None and not math.isfinite(float(value)):
+            raise ValueError(f"step {step}: the {name.replace('_', ' ')} is {float(value)}: training diverged, and "
+                             f"this step was not saved (the checkpoints in {output_dir / 'checkpoints'} stand); "
+                             "lower learning_rate (or max_grad_norm) and train again in a new output_dir")
+
+
 def list_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
     """(step, folder) of every whole checkpoint under ``output_dir/checkpoints``, oldest first."""
     folder = output_dir / "checkpoints"
@@ -76,16 +108,68 @@ def resume(accelerator: Any, output_dir: Path, run_fingerprint: str, *, total_st
     if not found:
         return 0
     step, path = found[-1]
-    written_by = json.loads((path / "state.json").read_text()).get("fingerprint")
-    if written_by != run_fingerprint:
+    state = _read_state(path / "state.json")
+    written_by = state.get("fingerprint")
+    if not _same_run(written_by, run_fingerprint):
         raise ValueError(f"{path} was written by another config or data ({written_by} != {run_fingerprint}); "
                          "use a new output_dir, or rerun the config that wrote it")
     accelerator.load_state(str(path))
-    written_on = json.loads((path / "state.json").read_text()).get("processes", 1)
+    written_on = state.get("processes", 1)
     note = f"; written on {_processes(written_on)}, resumed on {_processes(accelerator.num_processes)}" \
         if written_on != accelerator.num_processes else ""
     accelerator.print(f"resumed from {path} (step {step} of {total_steps}{note})")
     return step
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's ``state.json``.
+
+    Raises:
+        ValueError: it is not a JSON object (a damaged or foreign file), naming it.
+    """
+    try:
+        state = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a checkpoint's state ({exc}); remove {path.parent} to resume from the "
+                         "checkpoint before it") from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a checkpoint's state (a JSON object); remove {path.parent} to resume from "
+                         "the checkpoint before it")
+    return state
+
+
+def _same_run(written_by: Any, run_fingerprint: str) -> bool:
+    """Whether a checkpoint's fingerprint is this run's: every setting it recorded equal (a setting recorded only
+    by newer code, such as the data digest, is not held against a checkpoint written before it)."""
+    if written_by == run_fingerprint:
+        return True
+    try:
+        written, now = json.loads(written_by), json.loads(run_fingerprint)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(written, dict) and all(now.get(key) == value for key, value in written.items()) and \
+        set(written) <= set(now)
+
+
+def trim_step_log(path: Path, last_step: int) -> int:
+    """Keep the rows of ``path`` (JSONL, each with a ``step``) up to ``last_step``, the step a run resumes from:
+    the later ones are redone. A line torn by a kill, or no row of the log, is dropped too. The file is rewritten
+    atomically. Returns how many unreadable lines were dropped."""
+    if not path.is_file():
+        return 0
+    kept, torn = [], 0
+    for raw in path.read_bytes().split(b"\n"):
+        if not raw.strip():
+            continue
+        row, problem, _ = parse_line(raw)
+        if problem or not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            torn += 1
+        elif row["step"] <= last_step:
+            kept.append(raw)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(b"".join(raw + b"\n" for raw in kept))
+    os.replace(temporary, path)
+    return torn
 
 
 def save_checkpoint(accelerator: Any, output_dir: Path, step: int, run_fingerprint: str, keep: int) -> None:
@@ -111,8 +195,9 @@ def save_checkpoint(accelerator: Any, output_dir: Path, step: int, run_fingerpri
 
 def save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) -> Path:
     """The trained model as a plain Hugging Face checkpoint in ``output_dir/final`` (LoRA adapters merged) with
-    its tokenizer; returns the folder."""
-    final = output_dir / "final"
+    its tokenizer; returns the folder. Written to ``final.tmp`` and renamed once whole (an earlier ``final`` is
+    replaced only then)."""
+    final, tmp = output_dir / "final", output_dir / "final.tmp"
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(model)
     state = accelerator.get_state_dict(model)
@@ -126,10 +211,23 @@ def save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) -
             unwrapped.hf_quantizer = None
             if hasattr(unwrapped.config, "quantization_config"):
                 del unwrapped.config.quantization_config
-        unwrapped.save_pretrained(final, state_dict=state, safe_serialization=True)
-        tokenizer.save_pretrained(final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        unwrapped.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        _replace_folder(tmp, final)
     accelerator.wait_for_everyone()
     return final
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    """Put the folder ``new`` at ``target`` by renames: a kill in between leaves no ``target`` (it is saved again),
+    never half of one."""
+    old = target.with_name(target.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def end_processes() -> bool:

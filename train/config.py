@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import types
 import typing
@@ -209,6 +210,8 @@ def _number(value: Any, kind: type) -> Any:
         number = float(value)  # YAML reads 1e-5 (no dot) as a string
     except ValueError:
         raise ValueError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(number):  # .inf, .nan, 1e400: no setting means them, and int() of one raises
+        raise ValueError(f"expected a finite number, got {value!r}")
     if kind is int and number != int(number):
         raise ValueError(f"expected a whole number, got {value!r}")
     return kind(number)

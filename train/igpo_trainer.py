@@ -60,11 +60,13 @@ from venus_edge.protocol import OBSERVATION_STYLES, observation_style
 from venus_edge.train.checkpoints import (
     ProgressBar,
     adamw,
+    check_finite,
     end_processes,
     fingerprint,
     resume,
     save_checkpoint,
     save_final,
+    trim_step_log,
 )
 from venus_edge.train.config import ConfigFile, check_run_settings, require
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
@@ -336,11 +338,8 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
         if start == 0 or not date_file.is_file():
             date_file.write_text(Date.today().isoformat() + "\n")
         for name in ("log.jsonl", "rollouts.jsonl"):  # rows of steps after the checkpoint are redone: drop them
-            path = output_dir / name
-            if path.is_file():
-                kept = [row for row in path.read_text(encoding="utf-8").splitlines()
-                        if json.loads(row)["step"] <= start]
-                path.write_text("".join(row + "\n" for row in kept), encoding="utf-8")
+            if torn := trim_step_log(output_dir / name, start):
+                accelerator.print(f"{output_dir / name}: dropped {torn} unreadable line(s) (torn by a kill?)")
     accelerator.wait_for_everyone()
     today = Date.fromisoformat(date_file.read_text().strip())
     if start >= config.steps:
@@ -401,6 +400,8 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                 rollout_s = time.perf_counter() - sampling_started
                 logprob_gap = _recompute_old_logprobs(policy, rollouts, accelerator.device) if served else None
                 metrics = _update(config, model, reference, optimizer, accelerator, rollouts)
+                check_finite(step + 1, output_dir=output_dir, policy_loss=metrics["pg_loss"], kl=metrics["kl"],
+                             grad_norm=metrics["grad_norm"])
                 # every process's rollouts, in the one-process order (question, then rollout), on every process
                 shares = gather_object([(rollout_s, logprob_gap, [
                     (q * config.group_size + g, _rollout_record(step + 1, r), _rollout_figures(r))

@@ -41,11 +41,14 @@ from typing import Any
 from venus_edge.train.checkpoints import (
     ProgressBar,
     adamw,
+    check_finite,
+    content_digest,
     end_processes,
     fingerprint,
     resume,
     save_checkpoint,
     save_final,
+    trim_step_log,
 )
 from venus_edge.train.config import ConfigFile, check_run_settings, require
 from venus_edge.train.data import load_samples
@@ -56,6 +59,8 @@ __all__ = ["LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_gro
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: What must match for a checkpoint to be resumed (with the number of samples): the data order and the schedule.
+#: Passes over the data at most: the batch order of every pass is drawn before the first step.
+MAX_EPOCHS = 1_000
 _RESUME_SETTINGS = ("model", "data", "max_tokens", "epochs", "global_batch_size", "micro_batch_size", "seed",
                     "learning_rate", "warmup_ratio", "lora")
 
@@ -133,8 +138,8 @@ class SFTConfig(ConfigFile):
                 setting="global_batch_size", value=self.global_batch_size)
         require(0 <= self.warmup_ratio < 1, f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}; the "
                 "recipe's is 0.1", setting="warmup_ratio", value=self.warmup_ratio)
-        require(self.epochs > 0, f"epochs must be > 0, got {self.epochs}; 0.5 trains on half the data",
-                setting="epochs", value=self.epochs)
+        require(0 < self.epochs <= MAX_EPOCHS, f"epochs must lie in (0, {MAX_EPOCHS:,}], got {self.epochs}; 0.5 "
+                "trains on half the data", setting="epochs", value=self.epochs)
         require(self.max_tokens >= 2, f"max_tokens must be >= 2, got {self.max_tokens}; a sample needs a token to "
                 "predict the next from", setting="max_tokens", value=self.max_tokens)
         require(self.max_steps is None or self.max_steps >= 1,
@@ -320,13 +325,17 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     scheduler = accelerator.prepare(
         get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps))
 
-    run_fingerprint = fingerprint(config, _RESUME_SETTINGS, samples=len(tokenized))
+    # The data's tokens are part of the fingerprint: the same path rewritten with other rows is another run.
+    data_digest = content_digest(row for sample in tokenized for row in (sample.input_ids, sample.assistant_mask))
+    run_fingerprint = fingerprint(config, _RESUME_SETTINGS, samples=len(tokenized), data_sha256=data_digest)
     start = resume(accelerator, output_dir, run_fingerprint, total_steps=total_steps)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         if skipped:
             (output_dir / "skipped.txt").write_text("\n".join(skipped) + "\n")
+        if torn := trim_step_log(output_dir / "log.jsonl", start):  # rows of redone steps, and a torn line
+            accelerator.print(f"{output_dir / 'log.jsonl'}: dropped {torn} unreadable line(s) (torn by a kill?)")
 
     if start >= run_steps:
         accelerator.print(f"{output_dir} already holds step {start} of {run_steps}: nothing to train")
@@ -369,6 +378,7 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             last_loss = float(accelerator.reduce(summed, "sum").item()) / max(global_tokens, 1)
+            check_finite(step + 1, loss=last_loss, grad_norm=grad_norm, output_dir=output_dir)
             trained_total += global_tokens
             elapsed = time.perf_counter() - started
             record = {"step": step + 1, "loss": round(last_loss, 6), "lr": scheduler.get_last_lr()[0],

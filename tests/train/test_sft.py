@@ -123,8 +123,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_with_the_same_weights(toy, tmp
     assert a.keys() == b.keys()
     for key in a:
         assert abs(a[key] - b[key]).max() <= 1e-6, key
-    rows = log(tmp_path / "killed")
-    assert [r["step"] for r in rows][-2:] == [steps - 1, steps]
+    rows = log(tmp_path / "killed")  # the steps the kill made redo are logged once
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
 
 
 def test_lora_trains_adapters_and_merges_them(toy):
@@ -216,6 +216,11 @@ def test_length_grouped_batches_cover_every_sample_once_per_epoch_and_are_seeded
     ({"max_steps": 0}, "max_steps must be >= 1"),
     ({"data": 5}, "a file or a list of files"),
     ({"data": []}, "missing required"),
+    ({"learning_rate": float("inf")}, "finite"),  # YAML's .inf
+    ({"learning_rate": "1e400"}, "finite"),
+    ({"max_grad_norm": float("nan")}, "finite"),  # YAML's .nan: every comparison with it is False
+    ({"seed": "1e400"}, "finite"),  # int() of it raised OverflowError
+    ({"epochs": 1e9}, r"epochs must lie in \(0, 1,000\]"),  # drew 1e9 passes of batches before a step
 ])
 def test_bad_configs_are_errors(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -298,3 +303,77 @@ def test_a_run_stopped_before_its_final_save_writes_it_on_the_rerun(toy):
     shutil.rmtree(result.final_dir)
     again = train_sft(config(toy, "final-save", epochs=0.2, save_every=1), progress=False)
     assert again.resumed_from == result.steps and (again.final_dir / "config.json").is_file()
+
+
+def test_a_run_killed_while_saving_its_final_model_saves_it_again(toy, monkeypatch):
+    """``final/`` was written in place: a kill after its config.json left a folder without weights, which the rerun
+    took for a finished run ("nothing to train"). It is written to final.tmp and renamed once whole."""
+    from transformers import PreTrainedTokenizerBase
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # stands for the kill, after the model files were written
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(config(toy, "final-killed", epochs=0.2, save_every=1), progress=False)
+    assert not (toy / "final-killed" / "final").exists()
+    monkeypatch.undo()
+    again = train_sft(config(toy, "final-killed", epochs=0.2, save_every=1), progress=False)
+    assert (again.final_dir / "model.safetensors").is_file() and (again.final_dir / "tokenizer.json").is_file()
+    assert weights(again.final_dir)
+    before = (again.final_dir / "model.safetensors").stat().st_ino
+    train_sft(config(toy, "final-killed", epochs=0.2, save_every=1), progress=False)  # finished: kept as it is
+    assert (again.final_dir / "model.safetensors").stat().st_ino == before
+
+
+def test_a_resume_onto_other_data_under_the_same_path_is_refused(toy, tmp_path):
+    """The fingerprint held the data's path and sample count only: the same file rewritten with other answers
+    resumed the old run and mixed the two. The data's tokens are in it now."""
+    data = tmp_path / "data.jsonl"
+    data.write_text((toy / "sft.jsonl").read_text())
+    settings = config(toy, "other-data", data=[str(data)], output_dir=str(tmp_path / "run"), max_steps=1)
+    train_sft(settings, progress=False)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for row in rows:
+        row["messages"][-1]["content"] = row["messages"][-1]["content"].replace("<answer>\n", "<answer>\nNot ")
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(ValueError, match="written by another config or data"):
+        train_sft(SFTConfig.from_dict({**settings.to_dict(), "max_steps": 2}), progress=False)
+
+
+def test_a_checkpoint_from_before_the_data_digest_still_resumes(toy, tmp_path):
+    settings = config(toy, "old-fingerprint", output_dir=str(tmp_path / "run"), max_steps=1, save_every=1)
+    train_sft(settings, progress=False)
+    [state_file] = (tmp_path / "run" / "checkpoints").glob("step-*/state.json")
+    state = json.loads(state_file.read_text())
+    written = json.loads(state["fingerprint"])
+    del written["data_sha256"]
+    state_file.write_text(json.dumps({**state, "fingerprint": json.dumps(written, sort_keys=True)}))
+    again = train_sft(SFTConfig.from_dict({**settings.to_dict(), "max_steps": 2}), progress=False)
+    assert again.resumed_from == 1 and again.steps == 2
+
+
+def test_a_diverging_run_stops_before_it_saves_nan_weights(toy, tmp_path):
+    """learning_rate 1e30: the loss went NaN at step 3, training went on, and NaN checkpoints replaced the good
+    ones; the run printed "last loss nan" and exited 0."""
+    import numpy as np
+
+    settings = config(toy, "diverged", output_dir=str(tmp_path / "run"), learning_rate=1e30, save_every=1,
+                      keep_checkpoints=100)
+    with pytest.raises(ValueError, match=r"step \d+: the (loss|grad norm) is (nan|inf).*training diverged"):
+        train_sft(settings, progress=False)
+    for checkpoint in (tmp_path / "run" / "checkpoints").glob("step-*"):
+        assert all(np.isfinite(tensor).all() for tensor in weights(checkpoint).values()), checkpoint
+    assert all(math.isfinite(row["loss"]) for row in log(tmp_path / "run"))
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def test_a_torn_log_line_does_not_stop_the_resume(toy, tmp_path):
+    """A kill in the middle of a log write left a torn last line; the resume's trimming parsed every line and
+    stopped there ("Unterminated string"), naming no file, until the file was edited by hand."""
+    settings = config(toy, "torn-log", output_dir=str(tmp_path / "run"), max_steps=2, save_every=1)
+    train_sft(settings, progress=False)
+    with (tmp_path / "run" / "log.jsonl").open("a") as handle:
+        handle.write('{"step": 3, "loss": 1.2')  # torn
+    again = train_sft(SFTConfig.from_dict({**settings.to_dict(), "max_steps": 3}), progress=False)
+    assert again.resumed_from == 2 and [row["step"] for row in log(tmp_path / "run")] == [1, 2, 3]
