@@ -157,13 +157,23 @@ def resolve_checkpoint(source: str | os.PathLike[str]) -> tuple[Path, str | None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file (config.json, the shard index) as an object.
+
+    Raises:
+        CheckpointNotFoundError: the file is missing.
+        ConversionError: it is not a readable file of UTF-8 JSON holding an object; the message names it.
+    """
     try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return data
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError as error:
         raise CheckpointNotFoundError(str(path.parent), f"{path.name} is missing") from error
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise ConversionError(f"{path} is not valid JSON ({error}); re-download the file.") from error
+    except OSError as error:  # a folder in its place, a permission
+        raise ConversionError(f"{path} cannot be read ({error.strerror or error}); it must be a file.") from error
+    if not isinstance(data, dict):
+        raise ConversionError(f"{path} holds a JSON {type(data).__name__}, not an object; re-download the file.")
+    return data
 
 
 def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
@@ -173,6 +183,7 @@ def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
     Raises:
         ConversionError: a size missing, not an integer, or out of bounds; the message names the file and value.
     """
+    fix = "Fix config.json, or use the config that belongs to this checkpoint."
     for key, (gguf_key, required) in _CONFIG_SIZES.items():
         value = hparams.get(key)
         if value is None and not required:
@@ -181,11 +192,28 @@ def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not max(lowest, 1) <= value <= highest:
             shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
             raise ConversionError(f"{config_path}: {key} is {shown}; it must be an integer in [{max(lowest, 1):,}, "
-                                  f"{highest:,}]. Fix config.json, or use the config that belongs to this checkpoint.")
+                                  f"{highest:,}]. {fix}")
+    rope = hparams.get("rope_parameters")
+    if rope is not None and not isinstance(rope, dict):
+        raise ConversionError(f"{config_path}: rope_parameters is {rope!r}; it must be an object. {fix}")
+    # Floats llama.cpp asserts on (a NaN eps aborted two threads and hung the verify) or divides by.
+    for name, value, low, high, required in (
+            ("rms_norm_eps", hparams.get("rms_norm_eps"), 0.0, 1.0, True),
+            ("rope_theta", (rope or {}).get("rope_theta", hparams.get("rope_theta")), 1.0, 1e12, False)):
+        if value is None and not required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not low <= value <= high:
+            raise ConversionError(f"{config_path}: {name} is {value!r}; it must be a number in [{low:g}, "
+                                  f"{high:g}]. {fix}")
 
 
 def _architecture(hparams: dict[str, Any], config_path: Path) -> ArchitectureSpec:
     names = hparams.get("architectures") or []
+    if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        raise ConversionError(f"{config_path}: architectures is {names!r}; it must be a list of names such as "
+                              '["Qwen3ForCausalLM"]. Fix config.json, or use the config that belongs to this '
+                              "checkpoint.")
     spec = next((ARCHITECTURES[name] for name in names if name in ARCHITECTURES), None)
     if spec is None:
         raise UnsupportedArchitectureError(names or None, list(ARCHITECTURES), config_path)

@@ -43,6 +43,17 @@ def _variant(checkpoint: Path, tmp_path: Path, **config: object) -> Path:
     ({"max_position_embeddings": float("inf")}, "max_position_embeddings is inf"),
     ({"num_hidden_layers": True}, "num_hidden_layers is True"),
     ({"hidden_size": None}, "hidden_size is None"),
+    # floats llama.cpp asserts on: a NaN eps aborted two verify threads and the process never exited
+    ({"rms_norm_eps": float("nan")}, "rms_norm_eps is nan; it must be a number in [0, 1]"),
+    ({"rms_norm_eps": -1e-6}, "rms_norm_eps is -1e-06"),
+    ({"rms_norm_eps": 1e300}, "rms_norm_eps is 1e+300"),
+    ({"rms_norm_eps": "abc"}, "rms_norm_eps is 'abc'"),
+    ({"rms_norm_eps": None}, "rms_norm_eps is None"),
+    ({"rope_theta": -5.0}, "rope_theta is -5.0"),
+    ({"rope_theta": "big"}, "rope_theta is 'big'"),
+    ({"rope_parameters": [1]}, "rope_parameters is [1]; it must be an object"),
+    ({"rope_parameters": {"rope_theta": float("inf")}}, "rope_theta is inf"),
+    ({"architectures": 5}, "architectures is 5; it must be a list of names"),
 ])
 def test_config_sizes_out_of_bounds_or_of_the_wrong_type(tiny_checkpoint, tmp_path, config, message):
     """The issue's case (1e9 layers allocated until memory ran out) and its siblings: refused at once with the
@@ -52,6 +63,19 @@ def test_config_sizes_out_of_bounds_or_of_the_wrong_type(tiny_checkpoint, tmp_pa
         convert_checkpoint(folder, tmp_path / "out.gguf")
     assert str(folder / "config.json") in str(caught.value)
     assert not (tmp_path / "out.gguf").exists()
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b'{"a": "caf\xe9"}', b"", None], ids=["list", "latin-1", "empty",
+                                                                                 "folder"])
+def test_a_config_file_that_is_no_json_object_is_named(tiny_checkpoint, tmp_path, content):
+    folder = _variant(tiny_checkpoint, tmp_path)
+    (folder / "config.json").unlink()
+    if content is None:
+        (folder / "config.json").mkdir()
+    else:
+        (folder / "config.json").write_bytes(content)
+    with pytest.raises(ConversionError, match=re.escape(str(folder / "config.json"))):
+        convert_checkpoint(folder, tmp_path / "out.gguf")
 
 
 def test_config_sizes_within_bounds_are_checked_against_the_tensors(tiny_checkpoint, tmp_path):
