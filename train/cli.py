@@ -18,7 +18,7 @@ from datetime import date as Date
 from pathlib import Path
 from typing import Any
 
-from venus_edge.flags import OBSERVATION_STYLE_CHOICES
+from venus_edge.flags import OBSERVATION_STYLE_CHOICES, count_argument
 
 __all__ = ["add_command", "run"]
 
@@ -124,7 +124,7 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
                                      "OUT/questions-heldout.jsonl and OUT/trajectories.jsonl (the oracle's sessions "
                                      "through the real agent loop).")
     toy.add_argument("out", type=Path, metavar="OUT")
-    toy.add_argument("--people", type=int, default=80, help="invented people (default 80)")
+    toy.add_argument("--people", type=count_argument(8), default=80, help="invented people (at least 8; default 80)")
     toy.add_argument("--seed", type=int, default=0)
     toy.add_argument("--detour-share", type=float, default=0.0, metavar="S",
                      help="share of oracle sessions whose first visit opens a wrong page, then the right one "
@@ -141,17 +141,26 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     tiny.add_argument("texts", nargs="+", type=Path, metavar="FILE",
                       help="cleaned JSONL rows (their messages) and text or Markdown files, folders of them")
     tiny.add_argument("--out", type=Path, required=True, metavar="DIR")
-    tiny.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary size (default 4096)")
-    tiny.add_argument("--hidden", type=int, default=256, help="hidden size (default 256)")
-    tiny.add_argument("--layers", type=int, default=4, help="layers (default 4)")
+    tiny.add_argument("--vocab", type=count_argument(512), default=4096, help="BPE vocabulary size (default 4096)")
+    tiny.add_argument("--hidden", type=hidden_size, default=256,
+                      help="hidden size, a multiple of 16 (4 heads of a head size llama.cpp runs; default 256)")
+    tiny.add_argument("--layers", type=count_argument(1, 512), default=4, help="layers (default 4)")
     tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--pretrain-copying", type=int, default=0, metavar="STEPS",
+    tiny.add_argument("--pretrain-copying", type=count_argument(0), default=0, metavar="STEPS",
                       help="then pretrain it STEPS steps to copy: random spans repeated at random distances in "
                            "windows of the texts (3500 for hidden 128, as toy_sft.sh; default 0: random weights)")
     tiny.set_defaults(_command_parser=tiny)
     for name, parser in sub.choices.items():  # each step's help ends with a command to copy
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.description = f"{textwrap.fill(parser.description or '', 116)}\n\nexample:\n  {_EXAMPLES[name]}"
+
+
+def hidden_size(text: str) -> int:
+    """``--hidden``: a multiple of 16 from 16 to 8,192 (4 heads, each a multiple of 4 wide)."""
+    value = count_argument(16, 8192)(text)
+    if value % 16:
+        raise argparse.ArgumentTypeError(f"must be a multiple of 16, got {value}")
+    return value
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -209,15 +218,23 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except ValueError as exc:
             parser.error(str(exc))
         lines += ["", resampled.markdown()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_records(args.out, (sample.to_dict() for sample in samples))
     text = "\n".join(lines) + f"\n\n{len(samples)} rows written to {args.out}\n"
-    print(text, end="")
-    args.out.with_suffix(".report.md").write_text(text, encoding="utf-8")
     summary = {"inputs": [str(p) for p in args.inputs], "not_read": dict(loaded.reasons()), "clean": report.to_dict(),
                "resample": [list(b) for b in resampled.buckets] if resampled else None, "written": len(samples)}
-    args.out.with_suffix(".report.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
-                                                    encoding="utf-8")
+    reports = {args.out.with_suffix(".report.md"): text,
+               args.out.with_suffix(".report.json"): json.dumps(summary, indent=2, ensure_ascii=False) + "\n"}
+    try:  # all or nothing: a full disk left a torn last row, and the rerun refused the file that held it
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_records(args.out, (sample.to_dict() for sample in samples))  # whole or not at all
+        for path, content in reports.items():
+            path.write_text(content, encoding="utf-8")
+    except OSError as exc:
+        for path in (args.out, *reports):
+            path.unlink(missing_ok=True)
+        print(f"error: cannot write {exc.filename or args.out}: {exc.strerror or exc}; nothing was kept: free "
+              "the space (or give another --out) and run again", file=sys.stderr)
+        return 3
+    print(text, end="")
     return 0 if samples else 1
 
 
@@ -264,7 +281,8 @@ def _export_verl(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 
 def _train(load: Callable[[], Any], train: Callable[[Any], Any]) -> Any:
-    """Load a run's config and train it; a bad config is exit code 2, missing data or a mismatched checkpoint 3,
+    """Load a run's config and train it; a bad config is exit code 2, missing data, a model that cannot be read or a
+    mismatched checkpoint 3,
     a rollout server that cannot be given the policy 4 (the last checkpoint stays: rerun to resume)."""
     from venus_edge.train.errors import RolloutServerError
 
@@ -275,7 +293,7 @@ def _train(load: Callable[[], Any], train: Callable[[Any], Any]) -> Any:
         return 2
     try:
         return train(config)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # OSError: transformers' for a model it cannot find or read
         print(f"error: {exc}", file=sys.stderr)
         return 3
     except RolloutServerError as exc:
@@ -339,6 +357,10 @@ def _tiny_model(args: argparse.Namespace) -> int:
     missing = [str(path) for path in args.texts if not path.exists()]
     if missing:
         print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
+        print(f"error: {args.out} exists and is not an empty folder; give a new --out (a model is never written "
+              "over another)", file=sys.stderr)
         return 2
     try:
         folder = write_tiny_model(

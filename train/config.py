@@ -130,6 +130,19 @@ def require(rule_holds: bool, message: str, *, setting: str, value: Any) -> None
         raise ConfigError(message, setting=setting, value=value)
 
 
+def check_model_source(model: str) -> None:
+    """Refuse a model given as a local path that does not exist (transformers took it for a hub id and answered
+    "Repo id must be in the form 'repo_name' or 'namespace/repo_name'"). A hub id is left to transformers.
+
+    Raises:
+        FileNotFoundError: naming the path and what to give.
+    """
+    path = Path(model).expanduser()
+    if not path.exists() and (path.is_absolute() or model.startswith((".", "~"))):
+        raise FileNotFoundError(f"model {model}: no such folder or file; give a Hugging Face checkpoint folder (such "
+                                "as a run's final/), a .gguf file, or a hub id owner/name")
+
+
 def check_run_settings(config: Any) -> None:
     """The rules every trainer's config shares: the optimizer (AdamW), the dtype and the checkpoints.
 

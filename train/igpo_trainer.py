@@ -68,7 +68,7 @@ from venus_edge.train.checkpoints import (
     save_final,
     trim_step_log,
 )
-from venus_edge.train.config import ConfigFile, check_run_settings, require
+from venus_edge.train.config import ConfigFile, check_model_source, check_run_settings, require
 from venus_edge.train.igpo import NORMALIZATIONS, igpo_advantages, policy_loss, turn_advantages
 from venus_edge.train.igpo_rollout import RecordingEngine, Rollout, run_rollout
 from venus_edge.train.rollout_servers import SERVER_KINDS, SharedRolloutServer
@@ -321,6 +321,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
     set_seed(config.seed)
     output_dir = Path(config.output_dir)
     dtype = getattr(torch, config.dtype)
+    check_model_source(config.model)
     tokenizer = AutoTokenizer.from_pretrained(config.model)
     model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
     reference = copy.deepcopy(model).eval().requires_grad_(False)

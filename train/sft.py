@@ -50,7 +50,7 @@ from venus_edge.train.checkpoints import (
     save_final,
     trim_step_log,
 )
-from venus_edge.train.config import ConfigFile, check_run_settings, require
+from venus_edge.train.config import ConfigFile, check_model_source, check_run_settings, require
 from venus_edge.train.data import load_samples
 from venus_edge.train.tokenize import TokenizedSample, tokenize_samples
 
@@ -230,6 +230,7 @@ def _load_model(config: SFTConfig) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_model_source(config.model)
     dtype = getattr(torch, config.dtype)
     model_path = Path(config.model)
     kwargs: dict[str, Any] = {}

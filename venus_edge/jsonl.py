@@ -38,14 +38,24 @@ def _line(record: Any, path: Path) -> bytes:
 
 def write_records(path: Path, records: Iterable[Any]) -> int:
     """Write ``records`` as a new JSONL file (one line each, as ``append_record`` writes them), fsync'ed once at
-    the end; returns how many were written."""
+    the end; returns how many were written. The file appears whole or not at all: it is written under a temporary
+    name beside ``path`` and renamed, so a full disk or a kill leaves no torn file at ``path``.
+
+    Raises:
+        OSError: the file cannot be written (the temporary one is removed).
+    """
     count = 0
-    with path.open("wb") as handle:
-        for record in records:
-            handle.write(_line(record, path) + b"\n")
-            count += 1
-        handle.flush()
-        os.fsync(handle.fileno())
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with temporary.open("wb") as handle:
+            for record in records:
+                handle.write(_line(record, path) + b"\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
     return count
 
 

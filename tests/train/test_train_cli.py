@@ -48,6 +48,29 @@ def test_clean_writes_rows_and_a_report(tmp_path, capsys):
     assert summary["written"] == 3 and summary["clean"]["dropped"] == {"rebuild_turns": 1, "keep_correct": 1}
 
 
+def test_a_full_disk_leaves_no_torn_output_and_the_rerun_writes_it(tmp_path):
+    """A disk that filled while the rows were written left a file cut in its last row, with a traceback and no
+    report; the rerun refused the file ("exists"), and training read it with its torn row. The file size limit
+    (``RLIMIT_FSIZE``, what ``ulimit -f`` sets) stands for the full disk."""
+    import resource
+
+    data = tmp_path / "raw.jsonl"
+    data.write_text("".join(json.dumps(row(f"Question {i}?", 5)) + "\n" for i in range(200)))
+    out = tmp_path / "clean" / "sft.jsonl"
+    command = [sys.executable, "-m", "venus_edge.cli", "train", "clean", str(data), "--out", str(out)]
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (data.stat().st_size // 2, resource.RLIM_INFINITY))
+
+    full = subprocess.run(command, capture_output=True, text=True, preexec_fn=small_disk)
+    assert full.returncode == 3 and "Traceback" not in full.stderr, full.stderr[-2000:]
+    assert "cannot write" in full.stderr and "nothing was kept" in full.stderr
+    assert sorted(path.name for path in out.parent.iterdir()) == []  # no torn file, no partial one, no report
+    again = subprocess.run(command, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(load_samples([out]).samples) == 200 and not load_samples([out]).rejected
+
+
 def test_usage_errors(tmp_path):
     data = tmp_path / "raw.jsonl"
     data.write_text(json.dumps(row("Q?")) + "\n")
@@ -68,15 +91,41 @@ def test_usage_errors(tmp_path):
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
-    (["--hidden", "10"], "multiple of 4"),
+    (["--hidden", "40"], "multiple of 16"),
+    (["--hidden", "4"], "at least 16"),  # these wrote a checkpoint that nothing could run, and exited 0
+    (["--hidden", "0"], "at least 16"),
+    (["--layers", "0"], "at least 1"),
+    (["--layers", "-1"], "at least 1"),
     (["--vocab", "100"], "at least 512"),
+    (["--pretrain-copying", "-5"], "at least 0"),  # an IndexError traceback
 ])
 def test_tiny_model_usage_errors(tmp_path, capsys, arguments, message):
     (tmp_path / "t.md").write_text("some text " * 50)
-    assert main(["train", "tiny-model", str(tmp_path / "t.md"), "--out", str(tmp_path / "m"), *arguments]) == 2
-    assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "tiny-model", str(tmp_path / "t.md"), "--out", str(tmp_path / "m"), *arguments])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
     assert main(["train", "tiny-model", str(tmp_path / "missing.md"), "--out", str(tmp_path / "m")]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_tiny_model_never_writes_over_another_model(tmp_path, capsys):
+    (tmp_path / "t.md").write_text("some text " * 50)
+    model = tmp_path / "run" / "final"
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"trained weights")
+    assert main(["train", "tiny-model", str(tmp_path / "t.md"), "--out", str(model)]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert (model / "model.safetensors").read_bytes() == b"trained weights"
+
+
+@pytest.mark.parametrize("people", ["0", "-3", "7"])
+def test_a_toy_world_too_small_is_a_usage_error(tmp_path, capsys, people):
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "toy-world", str(tmp_path / "w"), "--people", people])
+    assert exited.value.code == 2 and "at least 8" in capsys.readouterr().err
 
 
 def test_a_copy_window_repeats_a_random_span_at_varying_distances():
@@ -152,3 +201,14 @@ def test_toy_world_with_detours_writes_longer_oracle_sessions(tmp_path, capsys):
     visits = sum(1 for r in records if (r.get("tool_call") or {}).get("name") == "visit")
     two_hop = sum(1 for line in questions if json.loads(line)["kind"].endswith("2"))
     assert visits == 2 * len(questions) + two_hop  # every session opens one wrong page more than it needs
+
+
+def test_a_model_path_that_does_not_exist_is_named(tmp_path, capsys):
+    """transformers took a missing local path for a hub id: "Repo id must be in the form 'repo_name' or
+    'namespace/repo_name'"."""
+    (tmp_path / "d.jsonl").write_text(json.dumps(row("Q?", 3)) + "\n")
+    missing = tmp_path / "no-such-model"
+    (tmp_path / "sft.yaml").write_text(f"model: {missing}\ndata: d.jsonl\noutput_dir: run\n")
+    assert main(["train", "sft", str(tmp_path / "sft.yaml"), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert f"model {missing}: no such folder or file" in err and "Traceback" not in err
