@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import itertools
 import json
 import math
 import os
@@ -227,6 +228,10 @@ def _shard_names(folder: Path) -> tuple[list[str], dict[str, str]]:
         weight_map = _read_json(index_path).get("weight_map")
         if not isinstance(weight_map, dict):
             raise ConversionError(f"{index_path} has no 'weight_map' object; re-download the index file.")
+        for name, shard in weight_map.items():  # a file name in this folder, never a path out of it
+            if not isinstance(shard, str) or not shard.endswith(".safetensors") or Path(shard).name != shard:
+                raise ConversionError(f"{index_path}: weight_map names {shard!r} for {name}; a shard is the name of a "
+                                      ".safetensors file in the checkpoint's folder. Re-download the index file.")
         return sorted(set(weight_map.values())), weight_map
     shards = sorted(path.name for path in folder.glob("model*.safetensors"))
     if not shards:
@@ -280,7 +285,15 @@ def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
             raise corrupt(f"tensor {name} ({dtype}, shape {shape}) has data_offsets [{begin}, {end}]; "
                           f"expected {expected_bytes} bytes inside the file's {file_size}")
         tensors.append(_SourceTensor(name, path.name, dtype, shape, 8 + header_size + begin))
+    ranges = sorted((tensor.data_offset, tensor.data_offset + _nbytes(tensor), tensor.name) for tensor in tensors)
+    for (_, end, first), (begin, _, second) in itertools.pairwise(ranges):
+        if begin < end:  # one tensor's bytes read as another's: the norm written from the embedding
+            raise corrupt(f"tensors {first} and {second} share bytes (their data_offsets overlap)")
     return tensors
+
+
+def _nbytes(tensor: _SourceTensor) -> int:
+    return math.prod(tensor.shape) * np.dtype(_SAFETENSORS_DTYPES[tensor.dtype]).itemsize
 
 
 def _naturals(value: Any) -> TypeGuard[list[int]]:
@@ -489,16 +502,25 @@ def _add_hparams(writer: gguf.GGUFWriter, hparams: dict[str, Any], file_type: gg
 
 
 def _check_tokenizer_files(folder: Path) -> None:
+    """Both tokenizer files are there and hold JSON objects (``vocab_tokens`` reads the tokenizer itself).
+
+    Raises:
+        TokenizerFilesMissingError: a file is missing.
+        ConversionError: a file is not a JSON object; the message names it.
+    """
     missing = [name for name in _TOKENIZER_FILES if not (folder / name).is_file()]
     if missing:
         raise TokenizerFilesMissingError(missing, folder)
+    for name in _TOKENIZER_FILES:
+        _read_json(folder / name)
 
 
 def _pre_tokenizer_name(tokenizer_json: dict[str, Any], path: Path) -> str:
     """llama.cpp's pre-tokenizer name, from the Split regex in tokenizer.json."""
     pre = tokenizer_json.get("pre_tokenizer") or {}
-    steps = pre.get("pretokenizers", [pre])
-    patterns = [step.get("pattern", {}).get("Regex") for step in steps if step.get("type") == "Split"]
+    steps = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
+    patterns = [step["pattern"].get("Regex") for step in steps if isinstance(step, dict) and
+                step.get("type") == "Split" and isinstance(step.get("pattern"), dict)]
     for pattern in patterns:
         if pattern in _PRE_TOKENIZERS:
             return _PRE_TOKENIZERS[pattern]
@@ -518,10 +540,18 @@ def vocab_tokens(folder: Path, vocab_size: int) -> tuple[list[str], list[int]]:
 
     Ids without a token become `[PAD{id}]` (UNUSED); added tokens are CONTROL when special or shaped like
     `<|...|>`, else USER_DEFINED; all others are NORMAL.
+
+    Raises:
+        ConversionError: tokenizer.json is not a tokenizer the tokenizers library reads, or holds ids past
+            ``vocab_size``.
     """
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    try:
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception as error:  # tokenizers raises a bare Exception for a file it cannot read
+        raise ConversionError(f"{folder / 'tokenizer.json'} is not a tokenizer the tokenizers library reads "
+                              f"({error}); copy it from the base model's repository.") from error
     by_id = {token_id: text for text, token_id in tokenizer.get_vocab(with_added_tokens=True).items()}
     added = tokenizer.get_added_tokens_decoder()
     if by_id and max(by_id) >= vocab_size:

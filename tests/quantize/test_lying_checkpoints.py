@@ -123,6 +123,9 @@ def _entry(shape: object, offsets: object = (0, 16), dtype: str = "F32") -> str:
     ("entry not an object", json.dumps({"model.norm.weight": [1, 2]}), "header entry of model.norm.weight is [1, 2]"),
     ("header not an object", "[1, 2, 3]", "header is not a JSON object"),
     ("not JSON", b"\xff\xfe{", "header is not valid JSON"),
+    ("overlapping offsets", json.dumps({"model.norm.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                                        "model.other.weight": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}),
+     "tensors model.norm.weight and model.other.weight share bytes"),  # the norm was written from other bytes
 ])
 def test_safetensors_headers_that_lie(tiny_checkpoint, tmp_path, case, header, message):
     """A ConversionError naming the shard, never a RecursionError, OverflowError or an allocation."""
@@ -131,6 +134,18 @@ def test_safetensors_headers_that_lie(tiny_checkpoint, tmp_path, case, header, m
     with pytest.raises(ConversionError, match=re.escape(message)) as caught:
         convert_checkpoint(folder, tmp_path / "out.gguf")
     assert str(folder / "model.safetensors") in str(caught.value)
+
+
+@pytest.mark.parametrize("shard", ["../../elsewhere/model.safetensors", "/etc/model.safetensors", ["model.safetensors"],
+                                   "model.bin", 5])
+def test_an_index_that_names_a_shard_outside_the_folder_or_no_file_name(tiny_checkpoint, tmp_path, shard):
+    """A weight_map entry ``../../x/model.safetensors`` made the converter read a file outside the checkpoint; a list
+    was a TypeError (unhashable)."""
+    folder = _variant(tiny_checkpoint, tmp_path)
+    (folder / "model.safetensors.index.json").unlink(missing_ok=True)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"model.norm.weight": shard}}))
+    with pytest.raises(ConversionError, match="a shard is the name of a .safetensors file in the checkpoint's folder"):
+        convert_checkpoint(folder, tmp_path / "out.gguf")
 
 
 def test_safetensors_header_length_larger_than_the_file(tiny_checkpoint, tmp_path):
@@ -148,3 +163,19 @@ def test_cli_prints_one_line_for_a_lying_checkpoint(tiny_checkpoint, tmp_path, c
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(folder / "config.json") in err and "Traceback" not in err, err
     assert not list((tmp_path / "out").glob("*.gguf")) if (tmp_path / "out").exists() else True
+
+
+@pytest.mark.parametrize("name, content", [
+    ("tokenizer.json", b"garbage"), ("tokenizer.json", b""), ("tokenizer.json", b'{"model": {"vocab": '),
+    ("tokenizer.json", b"\xff\xfe{}"), ("tokenizer.json", b'{"version": "1.0", "pre_tokenizer": [1]}'),
+    ("tokenizer_config.json", b"garbage"), ("tokenizer_config.json", b"[1]"), ("tokenizer_config.json", b"\xe9"),
+])
+def test_tokenizer_files_that_are_not_what_they_say_are_named(tiny_checkpoint, tmp_path, name, content):
+    """A garbage, truncated or non-UTF-8 tokenizer file was a traceback from the tokenizers library (a bare
+    Exception) or from gguf's SpecialVocab."""
+    folder = _variant(tiny_checkpoint, tmp_path)
+    (folder / name).unlink()
+    (folder / name).write_bytes(content)
+    with pytest.raises(ConversionError, match=re.escape(str(folder / name))):
+        convert_checkpoint(folder, tmp_path / "out.gguf")
+    assert not (tmp_path / "out.gguf").exists()
