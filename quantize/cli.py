@@ -214,7 +214,11 @@ def _calibration_text(args: argparse.Namespace) -> str:
         return CALIBRATION_TEXT
     calibration_path: Path = args.calibration
     try:
-        return calibration_path.read_text(encoding="utf-8")
+        text = calibration_path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise QuantizeError(f"calibration text {args.calibration} is empty; give a text of a few sentences at "
+                                "least, or leave out --calibration for the built-in one")
+        return text
     except UnicodeDecodeError as error:
         raise QuantizeError(f"cannot read calibration text {args.calibration}: it is not UTF-8 (byte {error.start}); "
                             "give a UTF-8 text file (e.g. iconv -f latin1 -t utf-8 FILE)") from error
@@ -342,6 +346,7 @@ def _quantize_and_verify(
     args: argparse.Namespace, base_path: Path, name: str, qtype: str, progress: _Progress, calibration: str,
 ) -> tuple[VerificationRow, QuantComparison]:
     """Quantize the base to `qtype`, then KL / top-1 / perplexity against the base and the agentic check."""
+    from .errors import QuantizeError
     from .evaluate import VerificationRow, agentic_check, compare_quant
     from .quantize import quantize_gguf
 
@@ -352,7 +357,11 @@ def _quantize_and_verify(
     progress.done(f"{report.out_size_bytes / 2**20:.1f} MiB, "
                   + (f"{len(fallbacks)} tensors fell back: {', '.join(fallbacks)}" if fallbacks else "no fallbacks"))
     progress.start(f"verify {out_path.name} against {base_path.name}")
-    comparison = compare_quant(out_path, base_path, calibration, n_ctx=args.n_ctx)
+    try:
+        comparison = compare_quant(out_path, base_path, calibration, n_ctx=args.n_ctx)
+    except ValueError as error:  # a calibration text of fewer than 2 tokens
+        raise QuantizeError(f"cannot check {out_path.name} (written): {error}; give a longer --calibration text") \
+            from error
     row = VerificationRow(
         file=out_path.name, file_type=qtype, size_bytes=report.out_size_bytes, mean_kl=comparison.mean_kl,
         top1_agreement=comparison.top1_agreement, ppl=comparison.ppl_quant, ppl_ratio=comparison.ppl_ratio,

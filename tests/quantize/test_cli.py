@@ -97,6 +97,18 @@ def test_quantize_into_a_file_or_with_a_calibration_text_that_is_not_utf8_says_w
     assert "it is not UTF-8 (byte 6); give a UTF-8 text file" in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("text, message", [("", "is empty"), (" \n\t", "is empty"),
+                                           ("a", "at least 2 are needed; give a longer --calibration text")])
+def test_a_calibration_text_too_short_to_score_is_one_line(tiny_checkpoint, tmp_path, capsys, text, message):
+    """An empty or one-character calibration file was a ValueError traceback from the check."""
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text(text)
+    assert main(["quantize", str(tiny_checkpoint), "--types", "Q8_0", "--calibration", str(calibration), "--out",
+                 str(tmp_path / "out"), "--agentic-tokens", "0", "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
 def test_quantize_unknown_type_is_a_usage_error(tiny_checkpoint, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["quantize", str(tiny_checkpoint), "--types", "Q4_K_M,Q3_K_XL", "--out", str(tmp_path / "out")])
