@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from venus_edge.eval.data import ANSWER_SPLIT, read_data_rows, split_answers
+from venus_edge.jsonl import MAX_RECORD_DEPTH
 from venus_edge.protocol import THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, is_observation, observation
+from venus_edge.text import nesting_depth
 from venus_edge.trajectory import read_journal
 
 __all__ = ["LoadedData", "Rejected", "Sample", "load_samples", "sample_from_row"]
@@ -220,8 +222,11 @@ def _assistant_text(message: Mapping[str, Any], content: Any, index: int) -> Any
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # RecursionError: '[' * 50000
                 raise _BadRow(f"wrong messages: message {index} has tool call arguments that are not JSON") from None
+            if nesting_depth(arguments) > MAX_RECORD_DEPTH:
+                raise _BadRow(f"wrong messages: message {index} has tool call arguments nested deeper than "
+                              f"{MAX_RECORD_DEPTH} levels")
         body = json.dumps({"name": function["name"], "arguments": arguments}, ensure_ascii=False)
         text = f"{text.rstrip()}\n\n{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}".lstrip("\n")
     return text

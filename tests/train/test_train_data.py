@@ -205,6 +205,16 @@ def test_openai_function_calling_rows_are_written_in_the_protocol(tmp_path):
     assert "not JSON" in loaded.rejected[0].reason
 
 
+@pytest.mark.parametrize("arguments, reason", [("[" * 50_000, "not JSON"), ("[" * 100 + "]" * 100, "nested deeper"),
+                                               ('{"n": ' + "9" * 5_000 + "}", "not JSON")])
+def test_tool_call_arguments_no_reader_can_hold_reject_their_row(tmp_path, arguments, reason):
+    """'[' * 50000 as a call's arguments was a RecursionError traceback in clean and export-verl."""
+    row = {"messages": [{"role": "user", "content": "What is q?"}, {"role": "assistant", "content": None,
+                        "tool_calls": [{"function": {"name": "search", "arguments": arguments}}]}]}
+    loaded = load_samples([write_jsonl(tmp_path / "d.jsonl", [row])])
+    assert not loaded.samples and reason in loaded.rejected[0].reason
+
+
 @pytest.mark.parametrize("result", ["q is 42", "<tool_response>\nq is 42\n</tool_response>\n",
                                     "  <tool_response>\nq is 42\n</tool_response>"])
 def test_a_tool_result_is_one_tool_response_block_however_it_was_written(tmp_path, result):
