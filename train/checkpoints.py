@@ -113,7 +113,11 @@ def resume(accelerator: Any, output_dir: Path, run_fingerprint: str, *, total_st
     if not _same_run(written_by, run_fingerprint):
         raise ValueError(f"{path} was written by another config or data ({written_by} != {run_fingerprint}); "
                          "use a new output_dir, or rerun the config that wrote it")
-    accelerator.load_state(str(path))
+    try:
+        accelerator.load_state(str(path))
+    except Exception as exc:  # safetensors, torch and pickle raise their own types for a damaged file
+        raise ValueError(f"{path} cannot be loaded ({type(exc).__name__}: {exc}); remove it to resume from the "
+                         "checkpoint before it") from exc
     written_on = state.get("processes", 1)
     note = f"; written on {_processes(written_on)}, resumed on {_processes(accelerator.num_processes)}" \
         if written_on != accelerator.num_processes else ""

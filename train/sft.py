@@ -300,6 +300,10 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
     skipped = [f"{r.source}: {r.reason}" for r in [*loaded.rejected, *rejected]]
     if not tokenized:
         raise ValueError(f"no trainable sample in {', '.join(config.data)} ({'; '.join(skipped[:3]) or 'empty'})")
+    rows = model.get_input_embeddings().num_embeddings
+    if (highest := max(max(sample.input_ids) for sample in tokenized)) >= rows:  # an IndexError deep in the forward
+        raise ValueError(f"the tokenizer gives token id {highest:,} but the model {config.model} has {rows:,} "
+                         "embedding rows: use the tokenizer that belongs to the model (tokenizer setting)")
     if config.lora is not None:
         model = _with_lora(model, config.lora, trained_added_tokens(tokenized, tokenizer),
                            gradient_checkpointing=config.gradient_checkpointing)

@@ -377,3 +377,27 @@ def test_a_torn_log_line_does_not_stop_the_resume(toy, tmp_path):
         handle.write('{"step": 3, "loss": 1.2')  # torn
     again = train_sft(SFTConfig.from_dict({**settings.to_dict(), "max_steps": 3}), progress=False)
     assert again.resumed_from == 2 and [row["step"] for row in log(tmp_path / "run")] == [1, 2, 3]
+
+
+def test_a_damaged_checkpoint_is_named_with_what_to_do(toy, tmp_path):
+    """A checkpoint whose model file a failing disk cut short was a SafetensorError traceback at the resume."""
+    settings = config(toy, "damaged", output_dir=str(tmp_path / "run"), max_steps=1, save_every=1)
+    train_sft(settings, progress=False)
+    [checkpoint] = (tmp_path / "run" / "checkpoints").glob("step-*")
+    for weights_file in checkpoint.glob("*.safetensors"):
+        weights_file.write_bytes(weights_file.read_bytes()[:100])
+    with pytest.raises(ValueError, match=rf"{checkpoint} cannot be loaded .*remove it to resume"):
+        train_sft(SFTConfig.from_dict({**settings.to_dict(), "max_steps": 2}), progress=False)
+    (checkpoint / "state.json").write_text("[9]")
+    with pytest.raises(ValueError, match=rf"{checkpoint / 'state.json'} is not a checkpoint's state"):
+        train_sft(SFTConfig.from_dict({**settings.to_dict(), "max_steps": 2}), progress=False)
+
+
+def test_a_tokenizer_with_more_tokens_than_the_model_has_rows_is_named(toy, tmp_path):
+    """``tokenizer:`` another model's tokenizer: an IndexError deep in the embedding lookup."""
+    from venus_edge.train.tinymodel import write_tiny_model
+
+    bigger = write_tiny_model([toy / "sft.jsonl"], tmp_path / "bigger", vocab=1024, hidden=16, layers=1)
+    with pytest.raises(ValueError, match=r"the tokenizer gives token id [\d,]+ but the model .* has 640 embedding"):
+        train_sft(config(toy, "wrong-tokenizer", output_dir=str(tmp_path / "run"), tokenizer=str(bigger)),
+                  progress=False)
