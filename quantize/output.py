@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import secrets
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from .errors import OutputNotWritableError
 
-__all__ = ["check_output_path", "temporary_output"]
+__all__ = ["check_output_path", "remove_stale_partials", "temporary_output"]
 
 
 def check_output_path(out_path: Path) -> None:
@@ -23,8 +24,10 @@ def check_output_path(out_path: Path) -> None:
 
 @contextlib.contextmanager
 def temporary_output(out_path: Path) -> Iterator[Path]:
-    """A temp file next to `out_path`, renamed onto it on success and removed on any failure."""
+    """A temp file next to `out_path`, renamed onto it on success and removed on any failure. Temp files of
+    `out_path` that a killed run left (their process is gone) are removed first: each is as large as the output."""
     check_output_path(out_path)
+    remove_stale_partials(out_path)
     temp_path = out_path.with_name(f".{out_path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
     try:  # O_EXCL: never clobber; mode 0o666 less the umask, like any new file
         os.close(os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
@@ -36,3 +39,24 @@ def temporary_output(out_path: Path) -> Iterator[Path]:
     finally:
         temp_path.unlink(missing_ok=True)
 
+
+
+def remove_stale_partials(out_path: Path) -> list[Path]:
+    """Remove the temp files of `out_path` (``.NAME.PID.HEX.partial``) whose process no longer runs; returns them."""
+    removed = []
+    for partial in out_path.parent.glob(f".{glob.escape(out_path.name)}.*.partial"):
+        pid = partial.name[len(out_path.name) + 2:].split(".")[0]
+        if pid.isdigit() and not _running(int(pid)):
+            partial.unlink(missing_ok=True)
+            removed.append(partial)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -253,3 +253,21 @@ def test_tiny_checkpoint_is_deterministic(tmp_path):
     weights = load_file(first / "model.safetensors")
     assert "lm_head.weight" not in weights
     assert abs(float(np.std(weights["model.embed_tokens.weight"].astype(np.float32))) - 0.02) < 1e-3
+
+
+def test_a_killed_runs_partial_file_is_removed_by_the_next_run(tiny_checkpoint, tmp_path):
+    """SIGKILL leaves ``.NAME.PID.HEX.partial`` (as large as the output: GBs for a 4B model) that no run removed.
+    The next run into the same file removes those whose process is gone, and never one of a running process."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    out = tmp_path / "out.gguf"
+    stale = tmp_path / f".out.gguf.{int(dead.stdout)}.0a1b2c3d.partial"
+    stale.write_bytes(b"\0" * 1024)
+    live = tmp_path / f".out.gguf.{os.getpid()}.0a1b2c3d.partial"  # this process: a run still writing
+    live.write_bytes(b"\0" * 1024)
+    other = tmp_path / f".other.gguf.{int(dead.stdout)}.0a1b2c3d.partial"  # another output's
+    other.write_bytes(b"\0" * 1024)
+    convert_checkpoint(tiny_checkpoint, out)
+    assert out.is_file() and not stale.exists() and live.exists() and other.exists()
