@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from venus_edge.text import finite_json
+
 if TYPE_CHECKING:  # imported at run time inside the functions that load a model
     import llama_cpp
 
@@ -474,4 +476,5 @@ class VerificationTable:
 
     def to_json(self) -> str:
         """The table as JSON: {"reference", "calibration_tokens", "rows": [{field: value}]}."""
-        return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n"
+        # a NaN figure (a model that does not run) is null: json.dumps would write NaN, which strict readers refuse
+        return json.dumps(finite_json(dataclasses.asdict(self)), indent=2, ensure_ascii=False) + "\n"

@@ -15,6 +15,7 @@ where. File-system paths are not text: they keep their bytes (``os.fsencode``) a
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from typing import Any, TypeVar
@@ -48,6 +49,18 @@ def valid_text(value: _T, *, source: str | None = None) -> _T:
                        "replaced with U+FFFD", source, replaced, "s" * (replaced != 1), "are" if replaced != 1 else
                        "is")
     return repaired  # type: ignore[no-any-return]
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` (lists, dicts, scalars) with each NaN or infinity as None: strict JSON has no such numbers, and
+    ``json.dumps`` writes them as ``NaN``, which other readers (browsers, jq) refuse for the whole document."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [finite_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    return value
 
 
 def nesting_depth(value: Any) -> int:

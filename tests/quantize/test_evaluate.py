@@ -91,3 +91,16 @@ def test_table_markdown_and_json():
     assert "Fallbacks in m-Q4_K_M.gguf: blk.0.attn_q.weight: Q4_K -> Q5_0" in markdown
     data = json.loads(table.to_json())
     assert data["rows"][1]["mean_kl"] == 1e-3 and data["rows"][0]["mean_kl"] is None
+
+
+def test_a_nan_figure_is_null_in_the_json_table():
+    """A model that does not run (rope_theta -5 was accepted) gave "mean KL nan": table.json held NaN, which strict
+    JSON readers refuse for the whole file."""
+    table = VerificationTable(reference="m-f16.gguf", rows=[
+        VerificationRow("m-Q8_0.gguf", "Q8_0", 2**19, mean_kl=float("nan"), ppl=float("inf"), ppl_ratio=1.0)])
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    row = json.loads(table.to_json(), parse_constant=refuse)["rows"][0]
+    assert row["mean_kl"] is None and row["ppl"] is None and row["ppl_ratio"] == 1.0

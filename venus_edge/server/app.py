@@ -37,7 +37,6 @@ import collections
 import hmac
 import json
 import logging
-import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
@@ -72,6 +71,7 @@ from venus_edge.server.service import (
     SessionRequest,
     answer_with_sources,
 )
+from venus_edge.text import finite_json
 from venus_edge.trajectory import Trajectory
 
 __all__ = ["create_app"]
@@ -272,7 +272,7 @@ def create_app(
                                              "answer": result and result.answer,
                                              "started_at": _iso(handle.submitted_at), "turns": 0}
         newest_first = sorted(listed.values(), key=lambda s: s.get("started_at") or "", reverse=True)
-        page: dict[str, Any] = _finite({"sessions": newest_first, "skipped_lines": [
+        page: dict[str, Any] = finite_json({"sessions": newest_first, "skipped_lines": [
             {"line": s.line, "reason": s.reason} for s in journal.skipped]})
         return page
 
@@ -295,7 +295,7 @@ def create_app(
                 view.update(termination=result.termination, answer=result.answer, sources=result.sources,
                             unvisited_citations=result.unvisited_citations, elapsed_s=result.elapsed_s,
                             totals=result.totals.to_dict(), turn_count=result.turns)
-        finite: dict[str, Any] = _finite(view)
+        finite: dict[str, Any] = finite_json(view)
         return finite
 
     @app.get("/v1/sessions/{session_id}/events", response_model=None)
@@ -430,18 +430,6 @@ async def _unparsed_body_reason(request: Request) -> str:
     except Exception:  # the body could not be read again: say what is known
         pass
     return "the request body is not JSON"
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with each NaN or infinity as null: a journal may hold them (a model's JSON, a hand-written
-    record), JSON may not, and one of them would make the whole history page fail."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    return value
 
 
 def _iso(timestamp: float) -> str:
