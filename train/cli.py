@@ -273,6 +273,10 @@ def _export_verl(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     except (ImportError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except OSError as exc:  # --out a file, a full disk
+        print(f"error: cannot write under {args.out}: {exc.strerror or exc} ({exc.filename or args.out}); --out "
+              "names a folder (created if missing)", file=sys.stderr)
+        return 3
     print(f"{result.sft_rows} SFT rows -> {result.sft_path or '-'} ({len(not_exported)} not exported; "
           f"{result.control_token_samples} quote control-token text, which verl tokenizes as control tokens); "
           f"{result.rl_rows} RL questions -> {result.rl_path or '-'}; chat template for verl's per-message "
@@ -335,6 +339,9 @@ def _toy_world(args: argparse.Namespace) -> int:
     from venus_edge.train.toyworld import generate_world, run_oracle
 
     journal = args.out / "trajectories.jsonl"
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: {args.out} is a file; OUT names a folder (created if missing)", file=sys.stderr)
+        return 2
     if journal.exists():
         print(f"error: {journal} exists; choose a new OUT", file=sys.stderr)
         return 2

@@ -85,6 +85,9 @@ class ConfigFile:
             raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not YAML or JSON ({exc})", setting="", value=None) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save the config as UTF-8", setting="",
+                              value=None) from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config is a mapping of settings, got {type(raw).__name__}",
                               setting="", value=raw)

@@ -237,6 +237,9 @@ def test_values_yaml_reads_as_strings_are_converted(tmp_path):
     (tmp_path / "bad.yaml").write_text("model: [unclosed\n")
     with pytest.raises(ValueError, match="not YAML or JSON"):
         SFTConfig.from_file(tmp_path / "bad.yaml")
+    (tmp_path / "latin1.yaml").write_bytes("model: caf\u00e9\n".encode("latin-1"))  # the codec's error named no file
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'latin1.yaml'}: not UTF-8 text \(byte 10\)"):
+        SFTConfig.from_file(tmp_path / "latin1.yaml")
 
 
 @pytest.mark.parametrize("path", sorted(Path(__file__).parents[2].joinpath("configs", "sft").glob("*.yaml")),

@@ -212,3 +212,15 @@ def test_a_model_path_that_does_not_exist_is_named(tmp_path, capsys):
     assert main(["train", "sft", str(tmp_path / "sft.yaml"), "--quiet"]) == 3
     err = capsys.readouterr().err
     assert f"model {missing}: no such folder or file" in err and "Traceback" not in err
+
+
+def test_an_out_that_is_a_file_is_one_line_for_toy_world_and_export_verl(tmp_path, capsys):
+    """Each was a traceback: NotADirectoryError (toy-world), FileExistsError (export-verl)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert main(["train", "toy-world", str(a_file)]) == 2
+    assert "is a file; OUT names a folder" in capsys.readouterr().err
+    assert main(["train", "export-verl", "--questions", "pydocs", "--out", str(a_file)]) == 3
+    err = capsys.readouterr().err
+    assert "cannot write under" in err and "--out names a folder" in err and "Traceback" not in err
+    assert a_file.read_text() == "x"
