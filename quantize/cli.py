@@ -201,9 +201,15 @@ def _parse_types(args: argparse.Namespace) -> list[str]:
         )
     if args.hf_parity and Path(args.source).is_file():
         args._command_parser.error(f"--hf-parity compares with a checkpoint; SOURCE {args.source} is a GGUF file")
-    if args.n_ctx < 8:
-        args._command_parser.error(f"--n-ctx must be at least 8, got {args.n_ctx}")
+    if not 8 <= args.n_ctx <= MAX_CALIBRATION_TOKENS:  # 1e9 was a bad_alloc blamed on the GGUF ("re-create it")
+        args._command_parser.error(f"--n-ctx must be between 8 and {MAX_CALIBRATION_TOKENS:,} (the check holds the "
+                                   f"reference's logits of every token: n_ctx x vocabulary x 4 bytes), got "
+                                   f"{args.n_ctx:,}")
     return list(dict.fromkeys(types))
+
+
+#: ``--n-ctx`` at most: 16,384 scored tokens hold 10 GB of reference logits with Qwen's 151,936-token vocabulary.
+MAX_CALIBRATION_TOKENS = 16_384
 
 
 def _calibration_text(args: argparse.Namespace) -> str:

@@ -109,6 +109,15 @@ def test_a_calibration_text_too_short_to_score_is_one_line(tiny_checkpoint, tmp_
     assert message in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("n_ctx", ["7", "1000000000"])
+def test_a_calibration_window_out_of_range_is_a_usage_error(tiny_checkpoint, tmp_path, capsys, n_ctx):
+    """--n-ctx 1000000000 said "cannot read GGUF ... std::bad_alloc. Re-create the file" of a sound file."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["quantize", str(tiny_checkpoint), "--types", "Q8_0", "--out", str(tmp_path / "out"), "--n-ctx", n_ctx])
+    assert exit_info.value.code == 2
+    assert "--n-ctx must be between 8 and 16,384" in capsys.readouterr().err
+
+
 def test_quantize_unknown_type_is_a_usage_error(tiny_checkpoint, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["quantize", str(tiny_checkpoint), "--types", "Q4_K_M,Q3_K_XL", "--out", str(tmp_path / "out")])
