@@ -6,6 +6,7 @@ import contextlib
 import glob
 import os
 import secrets
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def temporary_output(out_path: Path) -> Iterator[Path]:
     `out_path` that a killed run left (their process is gone) are removed first: each is as large as the output."""
     check_output_path(out_path)
     remove_stale_partials(out_path)
-    temp_path = out_path.with_name(f".{out_path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+    temp_path = out_path.with_name(f".{out_path.name}.{_HOST}-{os.getpid()}.{secrets.token_hex(4)}.partial")
     try:  # O_EXCL: never clobber; mode 0o666 less the umask, like any new file
         os.close(os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as error:
@@ -41,14 +42,20 @@ def temporary_output(out_path: Path) -> Iterator[Path]:
 
 
 
+#: This machine's name in temp file names: a PID means a process only on the machine that wrote it (a shared folder).
+_HOST = "".join(char if char.isalnum() or char == "-" else "_" for char in socket.gethostname()) or "host"
+
+
 def remove_stale_partials(out_path: Path) -> list[Path]:
-    """Remove the temp files of `out_path` (``.NAME.PID.HEX.partial``) whose process no longer runs; returns them."""
+    """Remove the temp files of `out_path` (``.NAME.HOST-PID.HEX.partial``) that this machine wrote and whose
+    process no longer runs; returns them. One this user may not remove (another user's, in a shared folder) stays."""
     removed = []
-    for partial in out_path.parent.glob(f".{glob.escape(out_path.name)}.*.partial"):
-        pid = partial.name[len(out_path.name) + 2:].split(".")[0]
+    for partial in out_path.parent.glob(f".{glob.escape(out_path.name)}.{glob.escape(_HOST)}-*.partial"):
+        pid = partial.name[len(out_path.name) + len(_HOST) + 3:].split(".")[0]
         if pid.isdigit() and not _running(int(pid)):
-            partial.unlink(missing_ok=True)
-            removed.append(partial)
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+                removed.append(partial)
     return removed
 
 

@@ -38,8 +38,9 @@ from typing import Any
 
 from venus_edge.jsonl import parse_line
 
-__all__ = ["ProgressBar", "adamw", "check_finite", "content_digest", "end_processes", "fingerprint", "list_checkpoints",
-           "resume", "save_checkpoint", "save_final", "trim_step_log", "weight_decay_groups"]
+__all__ = ["ProgressBar", "adamw", "check_finite", "check_finite_weights", "content_digest", "end_processes",
+           "fingerprint", "json_digest", "list_checkpoints", "resume", "save_checkpoint", "save_final",
+           "trim_step_log", "weight_decay_groups"]
 
 
 def weight_decay_groups(parameters: Iterable[Any], weight_decay: float) -> list[dict[str, Any]]:
@@ -73,6 +74,19 @@ def content_digest(rows: Iterable[Sequence[int]]) -> str:
     return digest.hexdigest()
 
 
+def check_finite_weights(step: int, model: Any, *, output_dir: Path) -> None:
+    """``check_finite`` for the weights an update produced (a finite loss and gradient can still step to inf).
+
+    Raises:
+        ValueError: as ``check_finite``.
+    """
+    import torch
+
+    for name, parameter in model.named_parameters():
+        if not bool(torch.isfinite(parameter.detach()).all()):
+            check_finite(step, output_dir=output_dir, **{f"weight {name}": float("nan")})
+
+
 def check_finite(step: int, *, output_dir: Path, **figures: Any) -> None:
     """Stop a run whose step ``step`` diverged (a loss or gradient norm that is NaN or infinite) before anything of
     it is logged or saved: its weights would replace the good checkpoints.
@@ -85,6 +99,11 @@ def check_finite(step: int, *, output_dir: Path, **figures: Any) -> None:
             raise ValueError(f"step {step}: the {name.replace('_', ' ')} is {float(value)}: training diverged, and "
                              f"this step was not saved (the checkpoints in {output_dir / 'checkpoints'} stand); "
                              "lower learning_rate (or max_grad_norm) and train again in a new output_dir")
+
+
+def json_digest(value: Any) -> str:
+    """A SHA-256 of a JSON value (questions and answers), for a fingerprint, as ``content_digest`` of token rows."""
+    return hashlib.sha256(json.dumps(value, ensure_ascii=False, sort_keys=True).encode("utf-8", "replace")).hexdigest()
 
 
 def list_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
@@ -116,8 +135,10 @@ def resume(accelerator: Any, output_dir: Path, run_fingerprint: str, *, total_st
     try:
         accelerator.load_state(str(path))
     except Exception as exc:  # safetensors, torch and pickle raise their own types for a damaged file
-        raise ValueError(f"{path} cannot be loaded ({type(exc).__name__}: {exc}); remove it to resume from the "
-                         "checkpoint before it") from exc
+        raise ValueError(f"{path} cannot be loaded into this run ({type(exc).__name__}: {str(exc)[:300]}). If the "
+                         "model at the config's path was replaced by another one, train in a new output_dir; if the "
+                         "checkpoint's files are damaged, remove that checkpoint to resume from the one before it") \
+            from exc
     written_on = state.get("processes", 1)
     note = f"; written on {_processes(written_on)}, resumed on {_processes(accelerator.num_processes)}" \
         if written_on != accelerator.num_processes else ""
@@ -225,13 +246,22 @@ def save_final(accelerator: Any, model: Any, tokenizer: Any, output_dir: Path) -
 
 def _replace_folder(new: Path, target: Path) -> None:
     """Put the folder ``new`` at ``target`` by renames: a kill in between leaves no ``target`` (it is saved again),
-    never half of one."""
+    never half of one. A file or a symbolic link at ``target`` is removed (a link's target is left alone)."""
     old = target.with_name(target.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
+    _remove(old)
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
         target.rename(old)
     new.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def end_processes() -> bool:

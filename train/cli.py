@@ -10,7 +10,9 @@ The parser imports nothing heavy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
 import sys
 import textwrap
 from collections.abc import Callable
@@ -230,7 +232,8 @@ def _clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             path.write_text(content, encoding="utf-8")
     except OSError as exc:
         for path in (args.out, *reports):
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # the folder itself may be what failed
+                path.unlink(missing_ok=True)
         print(f"error: cannot write {exc.filename or args.out}: {exc.strerror or exc}; nothing was kept: free "
               "the space (or give another --out) and run again", file=sys.stderr)
         return 3
@@ -348,9 +351,14 @@ def _toy_world(args: argparse.Namespace) -> int:
     if not 0.0 <= args.detour_share <= 1.0:
         print(f"error: --detour-share must be between 0 and 1, not {args.detour_share}", file=sys.stderr)
         return 2
-    world = generate_world(args.out, people=args.people, seed=args.seed)
-    correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share,
-                                seed=args.seed, observation_style=args.observation_style)
+    try:
+        world = generate_world(args.out, people=args.people, seed=args.seed)
+        correct, total = run_oracle(world.train, world.corpus, journal, detour_share=args.detour_share,
+                                    seed=args.seed, observation_style=args.observation_style)
+    except OSError as exc:  # OUT under a file, a full disk
+        print(f"error: cannot write under {args.out}: {exc.strerror or exc} ({exc.filename or args.out})",
+              file=sys.stderr)
+        return 3
     print(
         f"{len(world.people)} people in {world.corpus}; {len(world.train)} training and {len(world.heldout)} held-out "
         f"questions; the oracle answered {correct} of {total} correctly; trajectories in {journal}"
@@ -370,6 +378,11 @@ def _tiny_model(args: argparse.Namespace) -> int:
               "over another)", file=sys.stderr)
         return 2
     try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: cannot make --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
         folder = write_tiny_model(
             args.texts, args.out, vocab=args.vocab, hidden=args.hidden, layers=args.layers, seed=args.seed
         )
@@ -378,8 +391,11 @@ def _tiny_model(args: argparse.Namespace) -> int:
 
             losses = pretrain_copying(folder, args.texts, steps=args.pretrain_copying, seed=args.seed)
             print(f"pretrained to copy: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except BaseException as exc:  # nothing half-made stays (a random model that looks pretrained, a refused rerun)
+        shutil.rmtree(args.out, ignore_errors=True)
+        if not isinstance(exc, (ValueError, OSError)):
+            raise
+        print(f"error: {exc}; nothing was written to {args.out}", file=sys.stderr)
         return 2
     print(f"tiny Qwen3 checkpoint in {folder}")
     return 0

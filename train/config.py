@@ -222,10 +222,12 @@ def _type_hints(cls: type) -> dict[str, Any]:
 def _number(value: Any, kind: type) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"expected a number, got {value!r}")
+    if kind is int and isinstance(value, int):  # exact: float() rounds past 2**53 and overflows past 1e308
+        return value
     try:
         number = float(value)  # YAML reads 1e-5 (no dot) as a string
-    except ValueError:
-        raise ValueError(f"expected a number, got {value!r}") from None
+    except (ValueError, OverflowError):
+        raise ValueError(f"expected a finite number, got {str(value)[:40]}") from None
     if not math.isfinite(number):  # .inf, .nan, 1e400: no setting means them, and int() of one raises
         raise ValueError(f"expected a finite number, got {value!r}")
     if kind is int and number != int(number):

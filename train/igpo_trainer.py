@@ -61,8 +61,10 @@ from venus_edge.train.checkpoints import (
     ProgressBar,
     adamw,
     check_finite,
+    check_finite_weights,
     end_processes,
     fingerprint,
+    json_digest,
     resume,
     save_checkpoint,
     save_final,
@@ -329,7 +331,9 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                       weight_decay=config.weight_decay)
     model, optimizer = accelerator.prepare(model, optimizer)
     reference = reference.to(accelerator.device)
-    run_fingerprint = fingerprint(config, _RESUME_SETTINGS)
+    # The questions' text is part of it: the same file rewritten with other questions is another run.
+    run_fingerprint = fingerprint(config, _RESUME_SETTINGS, questions_sha256=json_digest(
+        [[example.id, example.question, list(example.answers)] for example in examples]))
     start = resume(accelerator, output_dir, run_fingerprint, total_steps=config.steps)
     # The system prompt carries the date: a run resumed on a later day must keep the date it started with.
     date_file = output_dir / "run_date.txt"
@@ -403,6 +407,7 @@ def train_igpo(config: IGPOConfig, *, progress: bool = True) -> IGPOResult:
                 metrics = _update(config, model, reference, optimizer, accelerator, rollouts)
                 check_finite(step + 1, output_dir=output_dir, policy_loss=metrics["pg_loss"], kl=metrics["kl"],
                              grad_norm=metrics["grad_norm"])
+                check_finite_weights(step + 1, model, output_dir=output_dir)
                 # every process's rollouts, in the one-process order (question, then rollout), on every process
                 shares = gather_object([(rollout_s, logprob_gap, [
                     (q * config.group_size + g, _rollout_record(step + 1, r), _rollout_figures(r))

@@ -42,6 +42,7 @@ from venus_edge.train.checkpoints import (
     ProgressBar,
     adamw,
     check_finite,
+    check_finite_weights,
     content_digest,
     end_processes,
     fingerprint,
@@ -384,6 +385,7 @@ def train_sft(config: SFTConfig, *, progress: bool = True) -> SFTResult:
             optimizer.zero_grad(set_to_none=True)
             last_loss = float(accelerator.reduce(summed, "sum").item()) / max(global_tokens, 1)
             check_finite(step + 1, loss=last_loss, grad_norm=grad_norm, output_dir=output_dir)
+            check_finite_weights(step + 1, model, output_dir=output_dir)
             trained_total += global_tokens
             elapsed = time.perf_counter() - started
             record = {"step": step + 1, "loss": round(last_loss, 6), "lr": scheduler.get_last_lr()[0],

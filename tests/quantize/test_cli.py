@@ -115,7 +115,7 @@ def test_a_calibration_window_out_of_range_is_a_usage_error(tiny_checkpoint, tmp
     with pytest.raises(SystemExit) as exit_info:
         main(["quantize", str(tiny_checkpoint), "--types", "Q8_0", "--out", str(tmp_path / "out"), "--n-ctx", n_ctx])
     assert exit_info.value.code == 2
-    assert "--n-ctx must be between 8 and 16,384" in capsys.readouterr().err
+    assert "--n-ctx must be between 8 and 2,048" in capsys.readouterr().err
 
 
 def test_quantize_unknown_type_is_a_usage_error(tiny_checkpoint, tmp_path, capsys):

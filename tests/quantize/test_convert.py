@@ -263,11 +263,15 @@ def test_a_killed_runs_partial_file_is_removed_by_the_next_run(tiny_checkpoint, 
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     out = tmp_path / "out.gguf"
-    stale = tmp_path / f".out.gguf.{int(dead.stdout)}.0a1b2c3d.partial"
+    from venus_edge.quantize.output import _HOST
+
+    stale = tmp_path / f".out.gguf.{_HOST}-{int(dead.stdout)}.0a1b2c3d.partial"
     stale.write_bytes(b"\0" * 1024)
-    live = tmp_path / f".out.gguf.{os.getpid()}.0a1b2c3d.partial"  # this process: a run still writing
+    live = tmp_path / f".out.gguf.{_HOST}-{os.getpid()}.0a1b2c3d.partial"  # this process: a run still writing
     live.write_bytes(b"\0" * 1024)
-    other = tmp_path / f".other.gguf.{int(dead.stdout)}.0a1b2c3d.partial"  # another output's
+    other = tmp_path / f".other.gguf.{_HOST}-{int(dead.stdout)}.0a1b2c3d.partial"  # another output's
     other.write_bytes(b"\0" * 1024)
+    elsewhere = tmp_path / f".out.gguf.another-machine-{int(dead.stdout)}.0a1b2c3d.partial"  # a PID of another host
+    elsewhere.write_bytes(b"\0" * 1024)
     convert_checkpoint(tiny_checkpoint, out)
-    assert out.is_file() and not stale.exists() and live.exists() and other.exists()
+    assert out.is_file() and not stale.exists() and live.exists() and other.exists() and elsewhere.exists()

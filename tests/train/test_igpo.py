@@ -241,9 +241,15 @@ def test_a_ci_sized_run_trains_logs_and_resumes_to_the_same_weights(toy, igpo_co
     assert rows[0]["trained_tokens"] > 0 and rows[0]["all_same_outcome_groups"] == 2 and rows[0]["grad_norm"] == 0
     rollouts = (tmp_path / "straight" / "rollouts.jsonl").read_text().splitlines()
     assert len(rollouts) == 2 * 2 * 2
-    # the same run stopped after one step and resumed
-    resumed = igpo_config(toy, tmp_path / "resumed")
+    # the same run stopped after one step and resumed; not onto other questions under the same file name
+    questions = tmp_path / "questions.jsonl"
+    questions.write_bytes((toy / "world" / "questions-train.jsonl").read_bytes())
+    resumed = igpo_config(toy, tmp_path / "resumed", questions=[str(questions)])
     assert cli(["train", "igpo", str(resumed), "--steps", "1", "--quiet"]) == 0
+    questions.write_bytes((toy / "world" / "questions-heldout.jsonl").read_bytes())
+    assert cli(["train", "igpo", str(resumed), "--quiet"]) == 3
+    assert "written by another config or data" in capsys.readouterr().err
+    questions.write_bytes((toy / "world" / "questions-train.jsonl").read_bytes())
     assert cli(["train", "igpo", str(resumed), "--quiet"]) == 0
     assert "resumed from step 1" in capsys.readouterr().out
     resumed_rows = [json.loads(line) for line in (tmp_path / "resumed" / "log.jsonl").read_text().splitlines()]

@@ -220,11 +220,18 @@ def test_length_grouped_batches_cover_every_sample_once_per_epoch_and_are_seeded
     ({"learning_rate": "1e400"}, "finite"),
     ({"max_grad_norm": float("nan")}, "finite"),  # YAML's .nan: every comparison with it is False
     ({"seed": "1e400"}, "finite"),  # int() of it raised OverflowError
+    ({"learning_rate": 10**400}, "finite"),
     ({"epochs": 1e9}, r"epochs must lie in \(0, 1,000\]"),  # drew 1e9 passes of batches before a step
 ])
 def test_bad_configs_are_errors(settings, message):
     with pytest.raises(ValueError, match=message):
         SFTConfig.from_dict({"model": "m", "data": ["d.jsonl"], "output_dir": "o", **settings})
+
+
+def test_whole_number_settings_are_kept_exactly():
+    """A seed past 2**53 went through float() and came back another number."""
+    settings = SFTConfig.from_dict({"model": "m", "data": ["d.jsonl"], "output_dir": "o", "seed": 2**53 + 1})
+    assert settings.seed == 2**53 + 1
 
 
 def test_values_yaml_reads_as_strings_are_converted(tmp_path):
@@ -356,6 +363,16 @@ def test_a_checkpoint_from_before_the_data_digest_still_resumes(toy, tmp_path):
     assert again.resumed_from == 1 and again.steps == 2
 
 
+def test_a_final_update_to_weights_that_are_not_finite_is_not_saved(toy, tmp_path):
+    """A finite loss and gradient norm can still step the weights to inf (learning rate 1e37 on a one-step run):
+    the run ended with exit 0 and a final model whose logits were all 0."""
+    settings = config(toy, "inf-weights", output_dir=str(tmp_path / "run"), learning_rate=1e37, global_batch_size=24,
+                      micro_batch_size=24, epochs=0.5)
+    with pytest.raises(ValueError, match=r"step \d+: the (loss|grad norm|weight .*) is (nan|inf).*diverged"):
+        train_sft(settings, progress=False)
+    assert not (tmp_path / "run" / "final").exists()
+
+
 def test_a_diverging_run_stops_before_it_saves_nan_weights(toy, tmp_path):
     """learning_rate 1e30: the loss went NaN at step 3, training went on, and NaN checkpoints replaced the good
     ones; the run printed "last loss nan" and exited 0."""
@@ -389,7 +406,7 @@ def test_a_damaged_checkpoint_is_named_with_what_to_do(toy, tmp_path):
     [checkpoint] = (tmp_path / "run" / "checkpoints").glob("step-*")
     for weights_file in checkpoint.glob("*.safetensors"):
         weights_file.write_bytes(weights_file.read_bytes()[:100])
-    with pytest.raises(ValueError, match=rf"{checkpoint} cannot be loaded .*remove it to resume"):
+    with pytest.raises(ValueError, match=rf"{checkpoint} cannot be loaded into this run .*damaged, remove that"):
         train_sft(SFTConfig.from_dict({**settings.to_dict(), "max_steps": 2}), progress=False)
     (checkpoint / "state.json").write_text("[9]")
     with pytest.raises(ValueError, match=rf"{checkpoint / 'state.json'} is not a checkpoint's state"):
@@ -404,3 +421,20 @@ def test_a_tokenizer_with_more_tokens_than_the_model_has_rows_is_named(toy, tmp_
     with pytest.raises(ValueError, match=r"the tokenizer gives token id [\d,]+ but the model .* has 640 embedding"):
         train_sft(config(toy, "wrong-tokenizer", output_dir=str(tmp_path / "run"), tokenizer=str(bigger)),
                   progress=False)
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_file_or_link_named_final_is_replaced_not_followed(toy, tmp_path, kind):
+    """A file or a link at final/ made every save fail (NotADirectoryError), and a link's folder was renamed away."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    final = tmp_path / "run" / "final"
+    final.parent.mkdir()
+    if kind == "file":
+        final.write_text("x")
+    else:
+        final.symlink_to(elsewhere)
+    result = train_sft(config(toy, "final-kind", output_dir=str(tmp_path / "run"), epochs=0.2), progress=False)
+    assert result.final_dir == final and (final / "config.json").is_file() and not final.is_symlink()
+    assert (elsewhere / "keep.txt").read_text() == "mine"

@@ -111,6 +111,28 @@ def test_tiny_model_usage_errors(tmp_path, capsys, arguments, message):
     assert not (tmp_path / "m").exists()
 
 
+def test_a_tiny_model_whose_pretraining_fails_leaves_nothing(tmp_path, capsys):
+    """The random model was written before the pretraining failed: a folder that looked like a pretrained model,
+    and a rerun with more text was refused ("not an empty folder")."""
+    (tmp_path / "t.md").write_text("alpha beta gamma delta\n")
+    out = tmp_path / "base"
+    assert main(["train", "tiny-model", str(tmp_path / "t.md"), "--out", str(out), "--vocab", "512", "--hidden",
+                 "16", "--layers", "1", "--pretrain-copying", "5"]) == 2
+    assert "fewer than one window" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("command", [["train", "toy-world", "{under}"],
+                                     ["train", "tiny-model", "{text}", "--out", "{under}"],
+                                     ["train", "clean", "{text}", "--out", "{under}/o.jsonl"]])
+def test_an_out_under_a_file_is_one_line(tmp_path, capsys, command):
+    (tmp_path / "t.md").write_text("some text " * 50)
+    (tmp_path / "a-file").write_text("x")
+    values = {"under": str(tmp_path / "a-file" / "sub"), "text": str(tmp_path / "t.md")}
+    code = main([arg.format(**values) for arg in command])
+    err = capsys.readouterr().err
+    assert code in (1, 2, 3) and "Traceback" not in err and "error:" in err, err
+
+
 def test_tiny_model_never_writes_over_another_model(tmp_path, capsys):
     (tmp_path / "t.md").write_text("some text " * 50)
     model = tmp_path / "run" / "final"
