@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .errors import OutputNotWritableError
 
-__all__ = ["check_output_path", "remove_stale_partials", "temporary_output"]
+__all__ = ["check_output_path", "temporary_output"]
 
 
 def check_output_path(out_path: Path) -> None:

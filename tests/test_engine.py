@@ -122,8 +122,9 @@ def test_prompt_longer_than_n_ctx_is_a_clear_error(smollm2_gguf):
 
 
 def test_missing_model_file(tmp_path):
-    with pytest.raises(ModelNotFoundError, match="--model"):
+    with pytest.raises(ModelNotFoundError, match=r"no such file\. Give a local GGUF") as raised:
         LlamaCppEngine(tmp_path / "absent.gguf")
+    assert "(--model /path/to/model.gguf)" in raised.value.message_for({"model": "--model"})  # as the CLI prints it
 
 
 def test_file_that_is_not_gguf(tmp_path):

@@ -76,7 +76,7 @@ from venus_edge.memory.machine import check_threads, default_threads
 from venus_edge.memory.plan import KVType, MemoryPlan, estimate_memory, refuse_beyond_machine
 from venus_edge.protocol import render_chat_parts, tokenize_message
 
-__all__ = ["BatchedLlamaCppEngine", "SequenceEngine", "helper_window"]
+__all__ = ["BatchedLlamaCppEngine", "SequenceEngine"]
 
 
 @dataclass(eq=False)  # a request is itself: ``active.remove`` must not compare prompts
