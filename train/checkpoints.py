@@ -29,14 +29,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
 from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from venus_edge.jsonl import parse_line
+from venus_edge.jsonl import iter_records, parse_line, write_records
 
 __all__ = ["ProgressBar", "adamw", "check_finite", "check_finite_weights", "content_digest", "end_processes",
            "fingerprint", "json_digest", "list_checkpoints", "resume", "save_checkpoint", "save_final",
@@ -152,11 +151,10 @@ def _read_state(path: Path) -> dict[str, Any]:
     Raises:
         ValueError: it is not a JSON object (a damaged or foreign file), naming it.
     """
-    try:
-        state = json.loads(path.read_bytes())
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"{path} is not a checkpoint's state ({exc}); remove {path.parent} to resume from the "
-                         "checkpoint before it") from exc
+    state, problem, _ = parse_line(path.read_bytes())
+    if problem:
+        raise ValueError(f"{path} is not a checkpoint's state ({problem}); remove {path.parent} to resume from the "
+                         "checkpoint before it")
     if not isinstance(state, dict):
         raise ValueError(f"{path} is not a checkpoint's state (a JSON object); remove {path.parent} to resume from "
                          "the checkpoint before it")
@@ -183,17 +181,12 @@ def trim_step_log(path: Path, last_step: int) -> int:
     if not path.is_file():
         return 0
     kept, torn = [], 0
-    for raw in path.read_bytes().split(b"\n"):
-        if not raw.strip():
-            continue
-        row, problem, _ = parse_line(raw)
+    for _, row, problem, _ in iter_records(path):
         if problem or not isinstance(row, dict) or not isinstance(row.get("step"), int):
             torn += 1
         elif row["step"] <= last_step:
-            kept.append(raw)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(b"".join(raw + b"\n" for raw in kept))
-    os.replace(temporary, path)
+            kept.append(row)
+    write_records(path, kept)
     return torn
 
 
