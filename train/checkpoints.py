@@ -81,8 +81,12 @@ def check_finite_weights(step: int, model: Any, *, output_dir: Path) -> None:
     """
     import torch
 
-    for name, parameter in model.named_parameters():
-        if not bool(torch.isfinite(parameter.detach()).all()):
+    parameters = list(model.named_parameters())
+    finite = [torch.isfinite(parameter.detach()).all() for _, parameter in parameters]
+    if parameters and bool(torch.stack(finite).all()):  # one device sync a step, not one per parameter
+        return
+    for (name, _), ok in zip(parameters, finite):
+        if not bool(ok):
             check_finite(step, output_dir=output_dir, **{f"weight {name}": float("nan")})
 
 
