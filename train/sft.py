@@ -59,9 +59,9 @@ __all__ = ["LORA_TARGETS", "LoraSettings", "SFTConfig", "SFTResult", "length_gro
            "trained_added_tokens"]
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-#: What must match for a checkpoint to be resumed (with the number of samples): the data order and the schedule.
 #: Passes over the data at most: the batch order of every pass is drawn before the first step.
 MAX_EPOCHS = 1_000
+#: What must match for a checkpoint to be resumed (with the number of samples): the data order and the schedule.
 _RESUME_SETTINGS = ("model", "data", "max_tokens", "epochs", "global_batch_size", "micro_batch_size", "seed",
                     "learning_rate", "warmup_ratio", "lora")
 
