@@ -379,7 +379,7 @@ def _refuse_samples_beyond_machine(path: Path, samples: int, window: int) -> Non
     Raises:
         SetupError: the message names the samples, the memory, and the most samples that fit.
     """
-    from venus_edge.engines.batched import BatchedLlamaCppEngine, helper_window
+    from venus_edge.engines.batched import BatchedLlamaCppEngine
     from venus_edge.memory.header import read_model_header
     from venus_edge.memory.machine import total_ram_bytes
     from venus_edge.memory.plan import format_bytes
@@ -390,7 +390,8 @@ def _refuse_samples_beyond_machine(path: Path, samples: int, window: int) -> Non
     def needed(count: int) -> int:
         return BatchedLlamaCppEngine.memory_plan(header, n_seq=count, n_ctx=window * count).total_bytes
 
-    if machine is None or needed(samples) <= machine:
+    plan = BatchedLlamaCppEngine.memory_plan(header, n_seq=samples, n_ctx=window * samples)
+    if machine is None or plan.total_bytes <= machine:
         return
     fits = 0
     low, high = 1, samples  # the most samples that fit: needed() grows with the count
@@ -402,9 +403,8 @@ def _refuse_samples_beyond_machine(path: Path, samples: int, window: int) -> Non
             high = middle - 1
     advice = (f"lower {{samples}} to {fits} (or {{n_ctx}} below {window:,})" if fits else
               f"lower {{n_ctx}} below {window:,}, or use a smaller model")
-    cells = window * samples + helper_window(window * samples, samples)
-    raise SetupError(f"{{samples}} {samples:,} at {window:,} tokens each needs {format_bytes(needed(samples))} (one KV "
-                     f"cache of {cells:,} tokens, visit's included), more than this machine's "
+    raise SetupError(f"{{samples}} {samples:,} at {window:,} tokens each needs {format_bytes(plan.total_bytes)} (one "
+                     f"KV cache of {plan.n_ctx:,} tokens, visit's included), more than this machine's "
                      f"{format_bytes(machine)} of RAM: {advice}", names_settings=True)
 
 
