@@ -177,6 +177,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+#: What to do about a config.json value the checks refuse.
+_CONFIG_FIX = "Fix config.json, or use the config that belongs to this checkpoint."
+
+
 def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
     """Each size config.json gives is an integer within the runtime's bounds (``MODEL_BOUNDS`` of the GGUF key it
     becomes), before any loop or allocation uses it; the tensors' shapes are checked against it next.
@@ -184,7 +188,6 @@ def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
     Raises:
         ConversionError: a size missing, not an integer, or out of bounds; the message names the file and value.
     """
-    fix = "Fix config.json, or use the config that belongs to this checkpoint."
     for key, (gguf_key, required) in _CONFIG_SIZES.items():
         value = hparams.get(key)
         if value is None and not required:
@@ -193,10 +196,10 @@ def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not max(lowest, 1) <= value <= highest:
             shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
             raise ConversionError(f"{config_path}: {key} is {shown}; it must be an integer in [{max(lowest, 1):,}, "
-                                  f"{highest:,}]. {fix}")
+                                  f"{highest:,}]. {_CONFIG_FIX}")
     rope = hparams.get("rope_parameters")
     if rope is not None and not isinstance(rope, dict):
-        raise ConversionError(f"{config_path}: rope_parameters is {rope!r}; it must be an object. {fix}")
+        raise ConversionError(f"{config_path}: rope_parameters is {rope!r}; it must be an object. {_CONFIG_FIX}")
     # Floats llama.cpp asserts on (a NaN eps aborted two threads and hung the verify) or divides by.
     for name, value, low, high, required in (
             ("rms_norm_eps", hparams.get("rms_norm_eps"), 0.0, 1.0, True),
@@ -206,15 +209,14 @@ def _check_config(hparams: dict[str, Any], config_path: Path) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or not low <= value <= high:
             raise ConversionError(f"{config_path}: {name} is {value!r}; it must be a number in [{low:g}, "
-                                  f"{high:g}]. {fix}")
+                                  f"{high:g}]. {_CONFIG_FIX}")
 
 
 def _architecture(hparams: dict[str, Any], config_path: Path) -> ArchitectureSpec:
     names = hparams.get("architectures") or []
     if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
         raise ConversionError(f"{config_path}: architectures is {names!r}; it must be a list of names such as "
-                              '["Qwen3ForCausalLM"]. Fix config.json, or use the config that belongs to this '
-                              "checkpoint.")
+                              f'["Qwen3ForCausalLM"]. {_CONFIG_FIX}')
     spec = next((ARCHITECTURES[name] for name in names if name in ARCHITECTURES), None)
     if spec is None:
         raise UnsupportedArchitectureError(names or None, list(ARCHITECTURES), config_path)
@@ -265,7 +267,7 @@ def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
             raise corrupt("header is JSON nested too deep to be a safetensors header") from error
     if not isinstance(header, dict):
         raise corrupt("header is not a JSON object")
-    tensors = []
+    tensors, ranges = [], []  # ranges: (begin, end, name) of each tensor's bytes, checked below for overlaps
     for name in sorted(key for key in header if key != "__metadata__"):
         entry = header[name]
         entry = entry if isinstance(entry, dict) else {"entry": entry}
@@ -285,15 +287,11 @@ def _read_safetensors_header(path: Path) -> list[_SourceTensor]:
             raise corrupt(f"tensor {name} ({dtype}, shape {shape}) has data_offsets [{begin}, {end}]; "
                           f"expected {expected_bytes} bytes inside the file's {file_size}")
         tensors.append(_SourceTensor(name, path.name, dtype, shape, 8 + header_size + begin))
-    ranges = sorted((tensor.data_offset, tensor.data_offset + _nbytes(tensor), tensor.name) for tensor in tensors)
-    for (_, end, first), (begin, _, second) in itertools.pairwise(ranges):
+        ranges.append((begin, end, name))
+    for (_, end, first), (begin, _, second) in itertools.pairwise(sorted(ranges)):
         if begin < end:  # one tensor's bytes read as another's: the norm written from the embedding
             raise corrupt(f"tensors {first} and {second} share bytes (their data_offsets overlap)")
     return tensors
-
-
-def _nbytes(tensor: _SourceTensor) -> int:
-    return math.prod(tensor.shape) * np.dtype(_SAFETENSORS_DTYPES[tensor.dtype]).itemsize
 
 
 def _naturals(value: Any) -> TypeGuard[list[int]]:

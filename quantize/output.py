@@ -41,7 +41,6 @@ def temporary_output(out_path: Path) -> Iterator[Path]:
         temp_path.unlink(missing_ok=True)
 
 
-
 #: This machine's name in temp file names: a PID means a process only on the machine that wrote it (a shared folder).
 _HOST = "".join(char if char.isalnum() or char == "-" else "_" for char in socket.gethostname()) or "host"
 
